@@ -1,0 +1,1 @@
+"""Pipeline options, graph assembly and the command-line entry point."""

@@ -1,0 +1,7 @@
+"""``python -m pipeline``: run the batch near-duplicate job."""
+
+import sys
+
+from pipeline.cli import main
+
+sys.exit(main())

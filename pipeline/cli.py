@@ -1,0 +1,83 @@
+"""Command line: ``python -m pipeline --input ... --output ...``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import List, Optional
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import (PipelineOptions,
+                                                  StandardOptions)
+
+from pipeline import graph
+from pipeline.options import DedupOptions, config_from_options
+from transforms.config import ConfigError
+from transforms.documents import expand_inputs
+from transforms.write import (CLUSTERS_DIR, DEDUPED_DIR, REJECTED_DIR,
+                              STATS_FILE, join_path)
+
+DEFAULT_RUNNER = "FnApiRunner"
+_OUTPUTS = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  """Runs the job; returns the process exit code (0 ok, 2 bad arguments)."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  options = PipelineOptions(argv)
+  if options.view_as(StandardOptions).runner is None:
+    # The stock DirectRunner first tries to download Prism; run in-process.
+    options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+  try:
+    opts = options.view_as(DedupOptions)
+  except SystemExit as e:
+    return int(e.code or 2)
+  try:
+    config = config_from_options(options)
+    patterns = [p.strip() for p in opts.input.split(",") if p.strip()]
+    expand_inputs(patterns, opts.input_format)
+    _prepare_output(opts.output, opts.overwrite)
+  except (ConfigError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+
+  with beam.Pipeline(options=options) as p:
+    graph.build(p, patterns, opts.output, config, opts.input_format,
+                opts.text_field, opts.id_field)
+
+  stats_path = join_path(opts.output, STATS_FILE)
+  if FileSystems.exists(stats_path):
+    with FileSystems.open(stats_path) as f:
+      stats = json.loads(f.read())
+    print(summary(stats))
+  return 0
+
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+  existing = [name for name in _OUTPUTS
+              if FileSystems.exists(join_path(output, name))]
+  if existing and not overwrite:
+    raise ValueError(f"{output} already holds {existing}; pass --overwrite "
+                     "true to replace them or choose another --output.")
+  for name in existing:
+    FileSystems.delete([join_path(output, name)])
+
+
+def summary(stats: dict) -> str:
+  p = stats["params"]
+  return (f"docs in {stats['docs_in']:,}: kept {stats['kept']:,}, removed "
+          f"{stats['removed']:,} as duplicates, rejected {stats['rejected']:,}"
+          f"\nclusters {stats['clusters']:,}; candidate edges "
+          f"{stats['candidate_edges']:,}, verified {stats['verified_edges']:,};"
+          f" CC rounds used {stats['cc_rounds_used']}"
+          f"\nparams: {p['shingle_unit']} {p['ngram']}-grams, K={p['num_perm']}"
+          f", {p['bands']} bands x {p['rows']} rows (S-curve threshold "
+          f"~{p['lsh_threshold']:.2f}), verify={p['verify']} at "
+          f"{p['threshold']}")
+
+
+if __name__ == "__main__":
+  logging.getLogger().setLevel(logging.WARNING)
+  sys.exit(main())

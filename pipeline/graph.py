@@ -1,0 +1,40 @@
+"""Assembly of the batch job: Read → NearDedup → Write (+ stats)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import apache_beam as beam
+
+from transforms.config import DedupConfig
+from transforms.documents import ReadDocuments
+from transforms.kernels.minhash import MINHASH_SCHEME
+from transforms.kernels.text import SHINGLE_SCHEME
+from transforms.near_dedup import NearDedup
+from transforms.write import WriteResults, WriteStats
+
+
+def run_params(config: DedupConfig) -> dict:
+  """The parameters recorded in stats.json."""
+  params = dataclasses.asdict(config)
+  params["lsh_threshold"] = round(config.lsh_threshold, 6)
+  params["shingle_scheme"] = SHINGLE_SCHEME
+  params["minhash_scheme"] = MINHASH_SCHEME
+  return params
+
+
+def build(pipeline: beam.Pipeline, patterns, output: str,
+          config: DedupConfig, input_format: str = "auto",
+          text_field: str = "text", id_field: str = "id"):
+  """Adds the whole job to ``pipeline``; returns the stats PCollection."""
+  read = pipeline | "ReadDocuments" >> ReadDocuments(
+      patterns, input_format, text_field, id_field)
+  texts = read["documents"] | "DocText" >> beam.Map(
+      lambda d: (d.doc_id, d.text))
+  dedup = texts | "NearDedup" >> NearDedup(config)
+  written = ({"documents": read["documents"], "clusters": dedup["clusters"],
+              "rejected": read["rejected"], "files": read["files"]}
+             | "WriteResults" >> WriteResults(output))
+  return ((read["counts"], dedup["counts"], written)
+          | "AllCounts" >> beam.Flatten()
+          | "WriteStats" >> WriteStats(output, run_params(config)))

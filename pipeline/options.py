@@ -1,0 +1,116 @@
+"""PipelineOptions for the dedup job; every DedupConfig knob is a flag."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from transforms.config import (KEEP_POLICIES, SHINGLE_UNITS, VERIFY_MODES,
+                               DedupConfig)
+from transforms.documents import FORMATS
+
+_DEFAULTS = DedupConfig(bands=1, rows=1)
+
+
+def parse_bool(value) -> bool:
+  if isinstance(value, bool):
+    return value
+  text = str(value).strip().lower()
+  if text in ("true", "1", "yes", "y", "on"):
+    return True
+  if text in ("false", "0", "no", "n", "off"):
+    return False
+  raise ValueError(f"not a boolean: {value!r} (use true or false)")
+
+
+def _default(name):
+  return getattr(_DEFAULTS, name)
+
+
+class DedupOptions(PipelineOptions):
+  """Options of the batch near-duplicate job (see README for each)."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    io = parser.add_argument_group("input and output")
+    io.add_argument("--input", required=True,
+                    help="Input file pattern(s), comma-separated; local or any"
+                    " Beam filesystem (gs://, s3://). Sorted by path.")
+    io.add_argument("--output", required=True,
+                    help="Output directory for deduped/, clusters/, rejected/"
+                    " and stats.json.")
+    io.add_argument("--input_format", default="auto",
+                    choices=("auto",) + FORMATS,
+                    help="auto picks by extension: .jsonl/.ndjson/.json,"
+                    " .parquet, anything else is text (one doc per line).")
+    io.add_argument("--text_field", default="text",
+                    help="JSONL field / Parquet column holding the text.")
+    io.add_argument("--id_field", default="id",
+                    help="Optional user id field, reported in clusters/.")
+    io.add_argument("--overwrite", type=parse_bool, default=False,
+                    help="Replace the outputs of an earlier run in --output.")
+
+    dedup = parser.add_argument_group("near-duplicate detection")
+    dedup.add_argument("--shingle_unit", default=_default("shingle_unit"),
+                       choices=SHINGLE_UNITS, help="word or char n-grams.")
+    dedup.add_argument("--ngram", type=int, default=_default("ngram"),
+                       help="Shingle size n (units per n-gram).")
+    dedup.add_argument("--num_perm", type=int, default=_default("num_perm"),
+                       help="MinHash permutations K (signature length).")
+    dedup.add_argument("--bands", type=int, default=None,
+                       help="LSH bands b; with --rows, overrides --threshold's"
+                       " choice. b*rows <= num_perm.")
+    dedup.add_argument("--rows", type=int, default=None,
+                       help="Rows per band r.")
+    dedup.add_argument("--threshold", type=float,
+                       default=_default("threshold"),
+                       help="Jaccard similarity that makes a duplicate: picks"
+                       " bands/rows when not given and verifies candidates.")
+    dedup.add_argument("--fp_weight", type=float,
+                       default=_default("fp_weight"),
+                       help="Weight of false positives when choosing b, r.")
+    dedup.add_argument("--fn_weight", type=float,
+                       default=_default("fn_weight"),
+                       help="Weight of false negatives when choosing b, r.")
+    dedup.add_argument("--verify", default=_default("verify"),
+                       choices=VERIFY_MODES,
+                       help="signature: drop candidate edges whose estimated"
+                       " Jaccard is below --threshold; none: keep all.")
+    dedup.add_argument("--seed", type=int, default=_default("seed"),
+                       help="Seed of every hash function (same on all"
+                       " workers).")
+    for name, text in (("nfkc", "Unicode NFKC normalisation."),
+                       ("lowercase", "Lowercase the text."),
+                       ("strip_punctuation",
+                        "Turn punctuation and symbols into spaces."),
+                       ("fold_digits", "Map every digit to 0.")):
+      dedup.add_argument(f"--{name}", type=parse_bool, default=_default(name),
+                         help=f"{text} true/false.")
+    dedup.add_argument("--min_tokens", type=int,
+                       default=_default("min_tokens"),
+                       help="Documents with fewer units are kept unclustered.")
+    dedup.add_argument("--keep", default=_default("keep"),
+                       choices=KEEP_POLICIES,
+                       help="Which document of a cluster is kept: first (lowest"
+                       " id = input order) or longest.")
+    dedup.add_argument("--max_cc_rounds", type=int,
+                       default=_default("max_cc_rounds"),
+                       help="Connected-component rounds unrolled in the graph.")
+    dedup.add_argument("--max_residual_edges", type=int,
+                       default=_default("max_residual_edges"),
+                       help="Most unsettled edges resolved by union-find after"
+                       " the rounds before the job fails.")
+    dedup.add_argument("--lsh_shards", type=int,
+                       default=_default("lsh_shards"),
+                       help="Shards of the band-key shuffle; raise for large"
+                       " corpora (aim for <= ~20M band keys per shard).")
+
+
+CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(DedupConfig))
+
+
+def config_from_options(options: PipelineOptions) -> DedupConfig:
+  """The validated DedupConfig for these options (raises ConfigError)."""
+  view = options.view_as(DedupOptions)
+  return DedupConfig(**{name: getattr(view, name) for name in CONFIG_FIELDS})

@@ -1,0 +1,216 @@
+"""End-to-end tests through the CLI's ``main(argv)`` on temporary files."""
+
+import glob
+import itertools
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from tests.corpus import seed_corpus, write_jsonl
+
+SEED_ARGS = ["--ngram", "3", "--num_perm", "128", "--bands", "32", "--rows",
+             "4", "--threshold", "0.4"]
+
+
+def run(tmp_path, inputs, *extra, name="out"):
+  out = str(tmp_path / name)
+  code = main(["--input", ",".join(map(str, inputs)), "--output", out,
+               *extra])
+  assert code == 0
+  return out
+
+
+def read_jsonl(pattern):
+  rows = []
+  for path in sorted(glob.glob(pattern)):
+    with open(path, encoding="utf-8") as f:
+      rows.extend(json.loads(line) for line in f)
+  return rows
+
+
+def stats_of(out):
+  with open(os.path.join(out, "stats.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
+def tree_bytes(out):
+  files = {}
+  for path in sorted(glob.glob(os.path.join(out, "**", "*"), recursive=True)):
+    if os.path.isfile(path):
+      with open(path, "rb") as f:
+        files[os.path.relpath(path, out)] = f.read()
+  return files
+
+
+def predicted_pairs(out):
+  by_cluster = {}
+  for row in read_jsonl(os.path.join(out, "clusters", "*.jsonl")):
+    by_cluster.setdefault(row["cluster_id"], []).append(row["id"])
+  pairs = set()
+  for members in by_cluster.values():
+    for a, b in itertools.combinations(sorted(members), 2):
+      pairs.add((a, b))
+  return pairs
+
+
+@pytest.fixture(scope="module")
+def seed_input(tmp_path_factory):
+  texts, truth = seed_corpus()
+  path = tmp_path_factory.mktemp("seed") / "corpus.jsonl"
+  write_jsonl(path, texts, ids=list(range(len(texts))))
+  return path, texts, truth
+
+
+@pytest.mark.parametrize("verify", ["signature", "none"])
+def test_seed_experiment_precision_and_recall(tmp_path, seed_input, verify):
+  path, texts, truth = seed_input
+  out = run(tmp_path, [path], *SEED_ARGS, "--verify", verify)
+  predicted = predicted_pairs(out)
+  tp = len(predicted & truth)
+  precision = tp / len(predicted)
+  recall = tp / len(truth)
+  # Reference (from-scratch code in the method): precision 1.000, recall 0.954.
+  assert precision >= 0.99, (precision, recall)
+  assert recall >= 0.94, (precision, recall)
+  stats = stats_of(out)
+  assert stats["docs_in"] == len(texts)
+  assert stats["kept"] + stats["removed"] + stats["rejected"] == len(texts)
+  assert stats["removed"] == stats["clustered_docs"] - stats["clusters"]
+  kept_rows = read_jsonl(os.path.join(out, "deduped", "*.jsonl"))
+  assert len(kept_rows) == stats["kept"]
+  # Lowest id is kept: the planted copy is removed, its original stays.
+  kept_ids = {r["id"] for r in kept_rows}
+  assert all(a in kept_ids for a, b in predicted & truth)
+
+
+def test_outputs_are_byte_identical_across_runs_and_workers(tmp_path):
+  texts, _ = seed_corpus(n_base=1500, seed=7)
+  half = len(texts) // 2
+  write_jsonl(tmp_path / "a.jsonl", texts[:half])
+  write_jsonl(tmp_path / "b.jsonl", texts[half:])
+  inputs = [tmp_path / "*.jsonl"]
+  first = run(tmp_path, inputs, *SEED_ARGS, name="run1")
+  second = run(tmp_path, inputs, *SEED_ARGS, name="run2")
+  threads = run(tmp_path, inputs, *SEED_ARGS, "--direct_num_workers", "2",
+                "--direct_running_mode", "multi_threading", name="run3")
+  reference = tree_bytes(first)
+  assert any(name.startswith("deduped/part-00001") for name in reference)
+  assert stats_of(first)["clusters"] > 100
+  assert tree_bytes(second) == reference
+  assert tree_bytes(threads) == reference
+
+
+def test_bad_records_are_rejected_with_reasons_and_counted(tmp_path):
+  good = {"id": "g1", "text": "the quick brown fox jumps over the lazy dog"}
+  lines = [
+      json.dumps(good).encode(),
+      b'{"id": "broken", "text": "unterminated',
+      json.dumps({"id": "no-text", "body": "x"}).encode(),
+      json.dumps({"id": "number", "text": 42}).encode(),
+      b'{"id": "latin1", "text": "caf\xe9"}',
+      b"",
+      b"[1, 2, 3]",
+      b'{"id": "surrogate", "text": "bad \\ud800 escape"}',
+      json.dumps({"id": "empty1", "text": ""}).encode(),
+      json.dumps({"id": "empty2", "text": "   \t "}).encode(),
+      json.dumps({"id": "g2", "text": "The quick brown fox jumps over the "
+                  "lazy dog!"}).encode(),
+  ]
+  path = tmp_path / "bad.jsonl"
+  path.write_bytes(b"\n".join(lines) + b"\n")
+  out = run(tmp_path, [path])
+  stats = stats_of(out)
+  assert stats["docs_in"] == len(lines)
+  assert stats["rejected"] == 7
+  assert stats["balanced"]
+  assert stats["kept"] + stats["removed"] + stats["rejected"] == len(lines)
+  assert stats["docs_empty"] == 2
+  reasons = {r["position"]: r["reason"].split(":")[0]
+             for r in read_jsonl(os.path.join(out, "rejected", "*.jsonl"))}
+  assert reasons == {2: "malformed_json", 3: "missing_text_field",
+                     4: "text_not_string", 5: "invalid_utf8",
+                     6: "blank_line", 7: "not_an_object", 8: "invalid_utf8"}
+  assert stats["rejected_by_reason"] == {
+      "malformed_json": 1, "missing_text_field": 1, "text_not_string": 1,
+      "invalid_utf8": 2, "blank_line": 1, "not_an_object": 1}
+  kept = [r["id"] for r in read_jsonl(os.path.join(out, "deduped", "*"))]
+  # g2 differs from g1 only by case and punctuation: removed as duplicate.
+  # The two empty documents are kept and never clustered together.
+  assert kept == ["g1", "empty1", "empty2"]
+  clusters = read_jsonl(os.path.join(out, "clusters", "*"))
+  assert [(c["id"], c["kept"], c["cluster_size"]) for c in clusters] == [
+      ("g1", True, 2), ("g2", False, 2)]
+
+
+def test_deduped_jsonl_keeps_every_original_field_verbatim(tmp_path):
+  lines = [
+      '{"text": "alpha beta gamma delta epsilon zeta", "meta": {"k": [1, 2]},'
+      ' "id": 7}',
+      '{"id": 8, "text": "alpha beta gamma delta epsilon zeta", "x": null}',
+      '{"id": 9,   "text": "something else entirely here today", "z": 1.50}',
+  ]
+  path = tmp_path / "in.jsonl"
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  out = run(tmp_path, [path])
+  with open(os.path.join(out, "deduped", "part-00000-00000.jsonl"),
+            encoding="utf-8") as f:
+    assert f.read() == lines[0] + "\n" + lines[2] + "\n"
+
+
+def test_text_and_parquet_inputs_round_trip_in_their_format(tmp_path):
+  (tmp_path / "docs.txt").write_text(
+      "one two three four five six seven\n"
+      "One, two; three four five six seven.\n"
+      "\n"
+      "completely different words in this line\n", encoding="utf-8")
+  table = pa.table({
+      "doc": ["red green blue yellow orange purple", "unrelated text here x",
+              "RED green blue yellow orange purple!"],
+      "id": [10, 11, 12],
+      "score": [0.5, 0.25, 0.125],
+  })
+  pq.write_table(table, tmp_path / "docs.parquet")
+  out = run(tmp_path, [tmp_path / "docs.txt"], "--input_format", "text",
+            name="text_out")
+  with open(os.path.join(out, "deduped", "part-00000-00000.txt"),
+            encoding="utf-8") as f:
+    assert f.read() == ("one two three four five six seven\n\n"
+                        "completely different words in this line\n")
+  out = run(tmp_path, [tmp_path / "docs.parquet"], "--text_field", "doc",
+            name="parquet_out")
+  written = pq.read_table(os.path.join(out, "deduped",
+                                       "part-00000-00000.parquet"))
+  assert written.schema == table.schema
+  assert written.to_pylist() == [table.to_pylist()[0], table.to_pylist()[1]]
+  assert stats_of(out)["removed"] == 1
+
+
+def test_keep_longest_keeps_the_longest_member(tmp_path):
+  base = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do"
+  write_jsonl(tmp_path / "in.jsonl",
+              [base, base + " eiusmod", base + " eiusmod tempor"],
+              ids=["short", "mid", "long"])
+  out = run(tmp_path, [tmp_path / "in.jsonl"], "--keep", "longest",
+            "--threshold", "0.5")
+  kept = [r["id"] for r in read_jsonl(os.path.join(out, "deduped", "*"))]
+  assert kept == ["long"]
+  clusters = read_jsonl(os.path.join(out, "clusters", "*"))
+  assert {c["cluster_id"] for c in clusters} == {0}
+
+
+def test_argument_errors_exit_2_with_a_clear_message(tmp_path, capsys):
+  write_jsonl(tmp_path / "in.jsonl", ["a b c"])
+  out = str(tmp_path / "out")
+  assert main(["--input", str(tmp_path / "in.jsonl"), "--output", out,
+               "--bands", "64", "--rows", "4"]) == 2
+  assert "--num_perm" in capsys.readouterr().err
+  assert main(["--input", str(tmp_path / "nothing*.jsonl"), "--output",
+               out]) == 2
+  assert "No input files match" in capsys.readouterr().err
+  assert main(["--input", str(tmp_path / "in.jsonl"), "--output", out]) == 0
+  assert main(["--input", str(tmp_path / "in.jsonl"), "--output", out]) == 2
+  assert "--overwrite" in capsys.readouterr().err

@@ -1,0 +1,248 @@
+"""Reading input documents (JSONL, Parquet, plain text) from any Beam
+filesystem, with a stable id per document and a reason for every rejection."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, List, NamedTuple, Sequence, Tuple
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import metrics
+
+# doc_id = file_index << ROW_BITS | row: ids follow input order (files sorted
+# by path, then rows), independent of bundling, and fit in a signed int64.
+ROW_BITS = 40
+MAX_FILES = 1 << (63 - ROW_BITS)
+FORMATS = ("jsonl", "parquet", "text")
+_JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".lzma")
+_EXCERPT_CHARS = 300
+
+
+class Document(NamedTuple):
+  """One input document. ``record`` is what the output writes back: the
+  original line bytes (JSONL, text) or the row as a dict (Parquet)."""
+  doc_id: int
+  text: str
+  user_id: Any
+  record: Any
+
+
+class Rejected(NamedTuple):
+  """An input record that is not a document, with the reason."""
+  doc_id: int
+  source: str
+  position: int
+  reason: str
+  excerpt: str
+
+
+class InputFile(NamedTuple):
+  index: int
+  path: str
+  format: str
+
+
+def make_doc_id(file_index: int, row: int) -> int:
+  return (file_index << ROW_BITS) | row
+
+
+def split_doc_id(doc_id: int) -> Tuple[int, int]:
+  """(file index, row) of a document id."""
+  return doc_id >> ROW_BITS, doc_id & ((1 << ROW_BITS) - 1)
+
+
+def detect_format(path: str, input_format: str = "auto") -> str:
+  if input_format != "auto":
+    return input_format
+  name = path.lower()
+  for suffix in _COMPRESSED_SUFFIXES:
+    if name.endswith(suffix):
+      name = name[:-len(suffix)]
+  if name.endswith(".parquet"):
+    return "parquet"
+  if name.endswith(_JSONL_SUFFIXES):
+    return "jsonl"
+  return "text"
+
+
+def expand_inputs(patterns: Sequence[str],
+                  input_format: str = "auto") -> List[InputFile]:
+  """All files matching ``patterns``, de-duplicated and sorted by path.
+
+  Raises ``ValueError`` naming the patterns when nothing matches.
+  """
+  if input_format not in FORMATS + ("auto",):
+    raise ValueError(f"input format {input_format!r}: use one of "
+                     f"{('auto',) + FORMATS}")
+  paths = set()
+  for result in FileSystems.match(list(patterns)):
+    paths.update(m.path for m in result.metadata_list)
+  if not paths:
+    raise ValueError(f"No input files match {list(patterns)}; check --input.")
+  if len(paths) > MAX_FILES:
+    raise ValueError(f"{len(paths)} input files exceed the limit of "
+                     f"{MAX_FILES}; merge inputs into fewer files.")
+  return [InputFile(i, p, detect_format(p, input_format))
+          for i, p in enumerate(sorted(paths))]
+
+
+class ReadDocuments(beam.PTransform):
+  """Reads documents; returns ``{"documents", "rejected", "files", "counts"}``.
+
+  * ``documents``: :class:`Document` with ``doc_id = file_index << 40 | row``
+    (rows count every line or Parquet row, rejected ones too).
+  * ``rejected``: :class:`Rejected` for malformed JSON, a missing or non-string
+    text field, invalid UTF-8 and a JSONL line that is blank.
+  * ``files``: :class:`InputFile` per matched file (the manifest).
+  * ``counts``: one ``("docs_in", n)`` element: documents plus rejections.
+
+  Text files: one document per line (blank lines are empty documents).
+  Compression is detected from the file extension.
+  """
+
+  def __init__(self, patterns: Sequence[str], input_format: str = "auto",
+               text_field: str = "text", id_field: str = "id"):
+    super().__init__()
+    if isinstance(patterns, str):
+      patterns = [patterns]
+    self._patterns = tuple(patterns)
+    self._input_format = input_format
+    self._text_field = text_field
+    self._id_field = id_field
+
+  def expand(self, pbegin):
+    files = (pbegin
+             | "CreatePatterns" >> beam.Create([self._patterns])
+             | "MatchFiles" >> beam.FlatMap(expand_inputs, self._input_format))
+    read = (files
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ReadFiles" >> beam.ParDo(
+                _ReadFileFn(self._text_field, self._id_field)).with_outputs(
+                    "rejected", main="documents"))
+    counts = ((read.documents, read.rejected)
+              | "AllRecords" >> beam.Flatten()
+              | "CountIn" >> metrics.CountAs("docs_in"))
+    return {
+        "documents": read.documents,
+        "rejected": read.rejected,
+        "files": files,
+        "counts": counts,
+    }
+
+
+class _ReadFileFn(beam.DoFn):
+  """Parses one input file into documents and rejections."""
+
+  def __init__(self, text_field: str, id_field: str):
+    self._text_field = text_field
+    self._id_field = id_field
+
+  def process(self, input_file: InputFile):
+    index, path, fmt = input_file
+    metrics.counter("input_files").inc()
+    if fmt == "parquet":
+      records = self._parquet(index, path)
+    else:
+      records = self._lines(index, path, fmt)
+    for record in records:
+      if isinstance(record, Rejected):
+        metrics.counter("rejected_" + record.reason.split(":")[0]).inc()
+        yield beam.pvalue.TaggedOutput("rejected", record)
+      else:
+        yield record
+
+  def _lines(self, index, path, fmt):
+    with FileSystems.open(path) as handle:
+      row = 0
+      while True:
+        line = handle.readline()
+        if not line:
+          break
+        if line.endswith(b"\n"):
+          line = line[:-1]
+          if line.endswith(b"\r"):
+            line = line[:-1]
+        doc_id = make_doc_id(index, row)
+        if fmt == "jsonl":
+          yield self._parse_json_line(doc_id, path, row, line)
+        else:
+          yield _text_document(doc_id, path, row, line)
+        row += 1
+
+  def _parse_json_line(self, doc_id, path, row, line: bytes):
+
+    def reject(reason):
+      return Rejected(doc_id, path, row + 1, reason, _excerpt(line))
+
+    try:
+      decoded = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+      return reject(f"invalid_utf8: {e.reason} at byte {e.start}")
+    if not decoded.strip():
+      return reject("blank_line: a JSONL line must hold one JSON object")
+    try:
+      obj = json.loads(decoded)
+    except ValueError as e:
+      return reject(f"malformed_json: {e}")
+    if not isinstance(obj, dict):
+      return reject(f"not_an_object: got JSON {type(obj).__name__}")
+    if self._text_field not in obj:
+      return reject(f"missing_text_field: no {self._text_field!r} field")
+    text = obj[self._text_field]
+    if not isinstance(text, str):
+      return reject(f"text_not_string: {self._text_field!r} is "
+                    f"{type(text).__name__}")
+    if not _encodable(text):
+      return reject("invalid_utf8: text holds an unpaired surrogate escape")
+    return Document(doc_id, text, obj.get(self._id_field), line)
+
+  def _parquet(self, index, path):
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    with FileSystems.open(
+        path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+      parquet = pq.ParquetFile(handle)
+      has_text = self._text_field in parquet.schema_arrow.names
+      row = 0
+      for batch in parquet.iter_batches():
+        for obj in batch.to_pylist():
+          doc_id = make_doc_id(index, row)
+          text = obj.get(self._text_field)
+          if not has_text:
+            yield Rejected(doc_id, path, row + 1, "missing_text_field: no "
+                           f"{self._text_field!r} column", _excerpt(obj))
+          elif not isinstance(text, str):
+            yield Rejected(doc_id, path, row + 1, "text_not_string: "
+                           f"{self._text_field!r} is {type(text).__name__}",
+                           _excerpt(obj))
+          else:
+            yield Document(doc_id, text, obj.get(self._id_field), obj)
+          row += 1
+
+
+def _text_document(doc_id, path, row, line: bytes):
+  try:
+    return Document(doc_id, line.decode("utf-8"), None, line)
+  except UnicodeDecodeError as e:
+    return Rejected(doc_id, path, row + 1,
+                    f"invalid_utf8: {e.reason} at byte {e.start}",
+                    _excerpt(line))
+
+
+def _encodable(text: str) -> bool:
+  try:
+    text.encode("utf-8")
+    return True
+  except UnicodeEncodeError:
+    return False
+
+
+def _excerpt(record) -> str:
+  if isinstance(record, bytes):
+    text = record.decode("utf-8", errors="backslashreplace")
+  else:
+    text = json.dumps(record, default=str, ensure_ascii=False)
+  return text[:_EXCERPT_CHARS]

@@ -1,0 +1,1 @@
+"""Pure numpy/pyarrow kernels behind the dedup transforms. They never import Beam."""

@@ -1,0 +1,104 @@
+"""Banding (LSH) kernels: the S-curve, parameter choice, band keys and
+collision finding within a shard of band keys."""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+
+from transforms.kernels.hashing import GOLDEN, fmix64
+
+_GRID = np.linspace(0.0, 1.0, 2001)
+
+
+def collision_probability(s, bands: int, rows: int):
+  """P(a pair of Jaccard ``s`` shares at least one band) = 1-(1-s^r)^b."""
+  return 1.0 - (1.0 - np.asarray(s, dtype=np.float64) ** rows) ** bands
+
+
+def false_positive_area(threshold: float, bands: int, rows: int) -> float:
+  """Integral of P(candidate) over similarities below ``threshold``."""
+  s = _GRID[_GRID <= threshold]
+  return float(np.trapezoid(collision_probability(s, bands, rows), s))
+
+
+def false_negative_area(threshold: float, bands: int, rows: int) -> float:
+  """Integral of P(not candidate) over similarities above ``threshold``."""
+  s = _GRID[_GRID >= threshold]
+  return float(np.trapezoid(1.0 - collision_probability(s, bands, rows), s))
+
+
+def choose_bands_rows(threshold: float, num_perm: int, fp_weight: float = 0.5,
+                      fn_weight: float = 0.5) -> Tuple[int, int]:
+  """(b, r) with b*r <= num_perm minimising the weighted error areas.
+
+  Ties go to the smaller b*r (cheaper), then fewer bands.
+  """
+  best = None
+  for bands in range(1, num_perm + 1):
+    for rows in range(1, num_perm // bands + 1):
+      err = (fp_weight * false_positive_area(threshold, bands, rows)
+             + fn_weight * false_negative_area(threshold, bands, rows))
+      key = (round(err, 12), bands * rows, bands)
+      if best is None or key < best[0]:
+        best = (key, bands, rows)
+  return best[1], best[2]
+
+
+def band_keys(signatures: np.ndarray, bands: int, rows: int,
+              seed: int) -> np.ndarray:
+  """Stable 64-bit key per (document, band): uint64 ``(n_docs, bands)``.
+
+  The key hashes the band index together with the band's r values, so equal
+  values in different bands never share a bucket.
+  """
+  sig = np.asarray(signatures, dtype=np.uint32)
+  n = sig.shape[0]
+  band_ids = np.arange(bands, dtype=np.uint64)
+  h = np.broadcast_to(fmix64(band_ids * GOLDEN ^ np.uint64(seed)),
+                      (n, bands)).copy()
+  block = sig[:, :bands * rows].reshape(n, bands, rows).astype(np.uint64)
+  for j in range(rows):
+    h = fmix64((h ^ block[:, :, j]) * GOLDEN)
+  return h
+
+
+def shard_of(keys: np.ndarray, num_shards: int) -> np.ndarray:
+  """Shard index of each key, from its high bits (uniform for mixed keys)."""
+  return ((np.asarray(keys, dtype=np.uint64) >> np.uint64(32))
+          % np.uint64(num_shards)).astype(np.int64)
+
+
+def star_edges(keys: np.ndarray, ids: np.ndarray
+               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Candidate edges of one shard of (band key, doc id) entries.
+
+  For every bucket (run of equal keys) with at least two distinct documents,
+  emits star edges from the bucket's smallest id to each other member, never
+  all pairs. Returns ``(src, dst, bucket_sizes)`` with src < dst, edges
+  de-duplicated and sorted, and the size of every bucket of two or more.
+  """
+  keys = np.asarray(keys, dtype=np.uint64)
+  ids = np.asarray(ids, dtype=np.int64)
+  order = np.lexsort((ids, keys))
+  keys, ids = keys[order], ids[order]
+  if len(keys):
+    # A document listed twice in one bucket counts once.
+    fresh = np.ones(len(keys), dtype=bool)
+    fresh[1:] = (keys[1:] != keys[:-1]) | (ids[1:] != ids[:-1])
+    keys, ids = keys[fresh], ids[fresh]
+  n = len(keys)
+  empty = np.zeros(0, dtype=np.int64)
+  if n < 2:
+    return empty, empty, empty
+  starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+  sizes = np.diff(np.r_[starts, n])
+  run_of = np.repeat(np.arange(len(starts)), sizes)
+  center = ids[starts][run_of]
+  member = ids != center
+  src, dst = center[member], ids[member]
+  if len(src):
+    pairs = np.unique(np.stack([src, dst], axis=1), axis=0)
+    src, dst = pairs[:, 0], pairs[:, 1]
+  return src, dst, sizes[sizes >= 2]

@@ -1,0 +1,75 @@
+"""Choosing the one document kept per duplicate cluster."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Tuple
+
+import apache_beam as beam
+
+from transforms import metrics
+
+
+class ClusterInfo(NamedTuple):
+  """A clustered document's cluster (labelled by its minimum doc id), the
+  cluster's size, and whether this document is the one kept."""
+  cluster_id: int
+  cluster_size: int
+  kept: bool
+
+
+class SelectKept(beam.PTransform):
+  """``(node, label)`` → ``(doc_id, ClusterInfo)`` for every clustered doc.
+
+  Policies: ``first`` keeps the lowest id (first in input order); ``longest``
+  keeps the longest text (ties: lowest id) and needs ``lengths``, a
+  PCollection of ``(doc_id, text length)``. Returns ``{"clusters",
+  "counts"}`` with the ``clusters`` and ``clustered_docs`` stats.
+  """
+
+  def __init__(self, keep: str, lengths=None):
+    super().__init__()
+    if keep == "longest" and lengths is None:
+      raise ValueError("keep='longest' needs the document lengths")
+    self._keep = keep
+    self._lengths = lengths
+
+  def expand(self, labels):
+    if self._keep == "longest":
+      members = ({"label": labels, "length": self._lengths}
+                 | "JoinLengths" >> beam.CoGroupByKey()
+                 | "KeyByLabel" >> beam.FlatMap(_member_with_length))
+    else:
+      members = labels | "KeyByLabel" >> beam.Map(
+          lambda nl: (nl[1], (nl[0], 0)))
+    chosen = (members
+              | "GroupClusters" >> beam.GroupByKey()
+              | "ChooseKept" >> beam.ParDo(_ChooseFn()).with_outputs(
+                  metrics.COUNTS, main="clusters"))
+    return {"clusters": chosen.clusters, "counts": chosen[metrics.COUNTS]}
+
+
+def _member_with_length(element):
+  node, grouped = element
+  length = next(iter(grouped["length"]), 0)
+  for label in grouped["label"]:
+    yield label, (node, length)
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _ChooseFn(beam.DoFn):
+
+  def setup(self):
+    self._sizes = metrics.distribution("cluster_size")
+
+  def process(self, element):
+    label, members = element
+    members = sorted(members)
+    # Longest first, then lowest id; with equal lengths (policy "first")
+    # this is simply the lowest id, which is also the label.
+    kept = min(members, key=lambda m: (-m[1], m[0]))[0]
+    size = len(members)
+    self._sizes.update(size)
+    yield metrics.count_tag("clusters", 1)
+    yield metrics.count_tag("clustered_docs", size)
+    for node, _ in members:
+      yield node, ClusterInfo(label, size, node == kept)

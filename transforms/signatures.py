@@ -1,0 +1,194 @@
+"""Normalize → Shingle → MinHash as Beam transforms over (doc_id, value)
+pairs. Each batches documents internally and calls the vectorised kernels."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+
+from transforms import metrics
+from transforms.config import DedupConfig
+from transforms.kernels import minhash as minhash_kernels
+from transforms.kernels import text as text_kernels
+
+_MIN_BATCH = 64
+_MAX_BATCH = 4096
+
+
+def _normalize_options(config: DedupConfig) -> dict:
+  return dict(nfkc=config.nfkc, lowercase=config.lowercase,
+              strip_punctuation=config.strip_punctuation,
+              fold_digits=config.fold_digits)
+
+
+class _BatchFn(beam.DoFn):
+  """Unzips a batch of ``(doc_id, value)`` pairs for a vectorised kernel."""
+
+  def __init__(self, config: DedupConfig):
+    self._config = config
+
+  def process(self, batch):
+    ids = [doc_id for doc_id, _ in batch]
+    values = [value for _, value in batch]
+    yield from self.compute(ids, values)
+
+  def compute(self, ids, values):
+    raise NotImplementedError
+
+
+class _NormalizeFn(_BatchFn):
+
+  def compute(self, ids, values):
+    normalized = text_kernels.normalize_texts(
+        values, **_normalize_options(self._config)).to_pylist()
+    yield from zip(ids, normalized)
+
+
+class _ShingleFn(_BatchFn):
+  """Normalised text → sorted unique uint64 shingle hashes."""
+
+  def compute(self, ids, values):
+    c = self._config
+    units, unit_offsets = text_kernels.unit_hashes(
+        text_kernels.normalize_texts(values, nfkc=False, lowercase=False,
+                                     strip_punctuation=False),
+        c.shingle_unit, c.seed)
+    shingles, offsets = text_kernels.ngram_hashes(units, unit_offsets, c.ngram,
+                                                  c.seed)
+    yield from zip(ids, text_kernels.unique_per_document(shingles, offsets))
+
+
+class _MinHashFn(_BatchFn):
+  """Shingle arrays → uint32 signatures; empty sets get no signature."""
+
+  def setup(self):
+    self._a, self._b = minhash_kernels.permutations(self._config.num_perm,
+                                                    self._config.seed)
+
+  def compute(self, ids, values):
+    sizes = np.fromiter((len(v) for v in values), dtype=np.int64,
+                        count=len(values))
+    keep = np.flatnonzero(sizes > 0)
+    if len(keep) < len(values):
+      yield metrics.count_tag("docs_empty", len(values) - len(keep))
+    if not len(keep):
+      return
+    offsets = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum(sizes[keep], out=offsets[1:])
+    flat = np.concatenate([values[i] for i in keep]).astype(np.uint64)
+    sigs = minhash_kernels.minhash_batch(flat, offsets, self._a, self._b)
+    for row, i in enumerate(keep):
+      yield ids[i], sigs[row]
+
+
+class _SignatureFn(_BatchFn):
+  """Raw text → signature in one pass (the fused Normalize/Shingle/MinHash).
+
+  Documents with no units are counted as ``docs_empty``, those with fewer
+  than ``min_tokens`` units as ``docs_too_short``; neither gets a signature,
+  so neither is ever clustered.
+  """
+
+  def setup(self):
+    self._a, self._b = minhash_kernels.permutations(self._config.num_perm,
+                                                    self._config.seed)
+
+  def compute(self, ids, values):
+    c = self._config
+    shingles, offsets, unit_counts = text_kernels.shingle_batch(
+        values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed,
+        **_normalize_options(c))
+    empty = unit_counts == 0
+    short = ~empty & (unit_counts < c.min_tokens)
+    signed = np.flatnonzero(~empty & ~short)
+    if empty.any():
+      yield metrics.count_tag("docs_empty", int(empty.sum()))
+    if short.any():
+      yield metrics.count_tag("docs_too_short", int(short.sum()))
+    yield metrics.count_tag("docs_signed", len(signed))
+    if not len(signed):
+      return
+    starts, ends = offsets[signed], offsets[signed + 1]
+    lengths = ends - starts
+    sub_offsets = np.zeros(len(signed) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=sub_offsets[1:])
+    if len(signed) == len(ids):
+      flat = shingles
+    else:
+      flat = np.concatenate([shingles[s:e] for s, e in zip(starts, ends)])
+    sigs = minhash_kernels.minhash_batch(flat, sub_offsets, self._a, self._b)
+    for row, i in enumerate(signed):
+      yield ids[i], sigs[row]
+
+
+class _Batched(beam.PTransform):
+  """Batches ``(doc_id, value)`` pairs and applies a ``_BatchFn``."""
+
+  def __init__(self, fn: _BatchFn, with_counts: bool):
+    super().__init__()
+    self._fn = fn
+    self._with_counts = with_counts
+
+  def expand(self, pcoll):
+    batches = pcoll | "Batch" >> beam.BatchElements(
+        min_batch_size=_MIN_BATCH, max_batch_size=_MAX_BATCH)
+    applied = batches | "Apply" >> beam.ParDo(self._fn).with_outputs(
+        metrics.COUNTS, main="main")
+    if self._with_counts:
+      return {"main": applied.main, metrics.COUNTS: applied[metrics.COUNTS]}
+    return applied.main
+
+
+class Normalize(beam.PTransform):
+  """``(doc_id, text)`` → ``(doc_id, normalised text)``: NFKC, lowercase,
+  punctuation to space, optional digit folding, whitespace collapsed."""
+
+  def __init__(self, config: DedupConfig):
+    super().__init__()
+    self._config = config
+
+  def expand(self, pcoll):
+    return pcoll | "NormalizeBatches" >> _Batched(
+        _NormalizeFn(self._config), with_counts=False)
+
+
+class Shingle(beam.PTransform):
+  """``(doc_id, normalised text)`` → ``(doc_id, uint64 array)``: the sorted
+  set of n-gram shingle hashes; a document with fewer than n units yields one
+  shingle, an empty one yields an empty array."""
+
+  def __init__(self, config: DedupConfig):
+    super().__init__()
+    self._config = config
+
+  def expand(self, pcoll):
+    return pcoll | "ShingleBatches" >> _Batched(
+        _ShingleFn(self._config), with_counts=False)
+
+
+class MinHash(beam.PTransform):
+  """``(doc_id, uint64 shingle array)`` → ``(doc_id, uint32[K] signature)``;
+  documents with an empty shingle set are counted (``docs_empty``) and
+  dropped."""
+
+  def __init__(self, config: DedupConfig):
+    super().__init__()
+    self._config = config
+
+  def expand(self, pcoll):
+    return pcoll | "MinHashBatches" >> _Batched(
+        _MinHashFn(self._config), with_counts=False)
+
+
+class ComputeSignatures(beam.PTransform):
+  """``(doc_id, raw text)`` → ``{"signatures": (doc_id, uint32[K]),
+  "counts": (stat, n)}``: Normalize, Shingle and MinHash fused per batch."""
+
+  def __init__(self, config: DedupConfig):
+    super().__init__()
+    self._config = config
+
+  def expand(self, pcoll):
+    out = pcoll | "SignatureBatches" >> _Batched(
+        _SignatureFn(self._config), with_counts=True)
+    return {"signatures": out["main"], "counts": out[metrics.COUNTS]}
