@@ -1,0 +1,190 @@
+"""Each public PTransform on a TestPipeline (FnApiRunner) with assert_that."""
+
+import json
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to, is_not_empty
+
+from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
+                        FindCandidates, MinHash, NearDedup, Normalize,
+                        ReadDocuments, SelectKept, Shingle, VerifyEdges)
+from transforms.documents import ROW_BITS
+from transforms.kernels import minhash as mh
+from transforms.kernels import text as tk
+
+CONFIG = DedupConfig(ngram=3, num_perm=64, bands=16, rows=4, threshold=0.5)
+
+
+def pipeline():
+  return TestPipeline(runner="FnApiRunner")
+
+
+def by_stat(counts):
+  return counts | beam.CombinePerKey(sum)
+
+
+def test_read_documents_assigns_positional_ids_and_rejects_with_reasons(
+    tmp_path):
+  (tmp_path / "a.jsonl").write_bytes(
+      b'{"id": "x", "text": "hello", "extra": [1]}\n{"text": 5}\nnot json\n')
+  (tmp_path / "b.txt").write_bytes(b"line one\r\n\xff\xfe\n\nlast")
+  pq.write_table(pa.table({"text": ["p0", None], "id": [1, 2]}),
+                 tmp_path / "c.parquet")
+  with pipeline() as p:
+    read = p | ReadDocuments([str(tmp_path / "*")])
+    docs = read["documents"] | "DocKeys" >> beam.Map(
+        lambda d: (d.doc_id >> ROW_BITS, d.doc_id & 0xFFFF, d.text, d.user_id))
+    assert_that(docs, equal_to([
+        (0, 0, "hello", "x"), (1, 0, "line one", None), (1, 2, "", None),
+        (1, 3, "last", None), (2, 0, "p0", 1)]), label="Docs")
+    rejected = read["rejected"] | "RejectKeys" >> beam.Map(
+        lambda r: (r.doc_id, r.position, r.reason.split(":")[0]))
+    assert_that(rejected, equal_to([
+        (1, 2, "text_not_string"), (2, 3, "malformed_json"),
+        ((1 << ROW_BITS) | 1, 2, "invalid_utf8"),
+        ((2 << ROW_BITS) | 1, 2, "text_not_string")]), label="Rejected")
+    assert_that(read["counts"], equal_to([("docs_in", 9)]), label="Counts")
+    files = read["files"] | "FileFormats" >> beam.Map(
+        lambda f: (f.index, f.format))
+    assert_that(files, equal_to([(0, "jsonl"), (1, "text"), (2, "parquet")]),
+                label="Files")
+
+
+def test_read_documents_keeps_raw_jsonl_line(tmp_path):
+  line = b'{"text": "a",   "keep": "me"}'
+  (tmp_path / "a.jsonl").write_bytes(line + b"\n")
+  with pipeline() as p:
+    records = (p | ReadDocuments(str(tmp_path / "a.jsonl"))
+               )["documents"] | beam.Map(lambda d: d.record)
+    assert_that(records, equal_to([line]))
+
+
+def test_normalize_shingle_minhash_match_the_kernels():
+  texts = ["Hello,   World! The ＱＵＩＣＫ fox.", "a b", "", "one two three four"]
+  expected_norm = tk.normalize_texts(texts).to_pylist()
+  shingles, offsets = tk.ngram_hashes(
+      *tk.unit_hashes(tk.normalize_texts(texts), "word", CONFIG.seed),
+      CONFIG.ngram, CONFIG.seed)
+  expected_sets = tk.unique_per_document(shingles, offsets)
+  a, b = mh.permutations(CONFIG.num_perm, CONFIG.seed)
+  with pipeline() as p:
+    docs = p | beam.Create(list(enumerate(texts)))
+    norm = docs | Normalize(CONFIG)
+    assert_that(norm, equal_to(list(enumerate(expected_norm))),
+                label="Normalized")
+    sets = norm | Shingle(CONFIG)
+    as_lists = sets | "SetsToLists" >> beam.Map(lambda kv: (kv[0],
+                                                            kv[1].tolist()))
+    assert_that(as_lists, equal_to(
+        [(i, s.tolist()) for i, s in enumerate(expected_sets)]),
+                label="Shingles")
+    sigs = sets | MinHash(CONFIG) | "SigsToLists" >> beam.Map(
+        lambda kv: (kv[0], kv[1].tolist()))
+    expected_sigs = [
+        (i, mh.minhash_batch(s, np.array([0, len(s)]), a, b)[0].tolist())
+        for i, s in enumerate(expected_sets) if len(s)]
+    assert_that(sigs, equal_to(expected_sigs), label="Signatures")
+    fused = (docs | ComputeSignatures(CONFIG))
+    assert_that(fused["signatures"] | "FusedToLists" >> beam.Map(
+        lambda kv: (kv[0], kv[1].tolist())), equal_to(expected_sigs),
+                label="Fused")
+    assert_that(by_stat(fused["counts"]), equal_to(
+        [("docs_empty", 1), ("docs_signed", 3)]), label="FusedCounts")
+
+
+def test_min_tokens_keeps_short_documents_out_of_clustering():
+  config = DedupConfig(ngram=3, num_perm=64, bands=16, rows=4, min_tokens=3)
+  with pipeline() as p:
+    out = (p | beam.Create([(1, "a b"), (2, "a b"), (3, "a b c d")])
+           | ComputeSignatures(config))
+    assert_that(out["signatures"] | beam.Keys(), equal_to([3]), label="Ids")
+    assert_that(by_stat(out["counts"]), equal_to(
+        [("docs_too_short", 2), ("docs_signed", 1)]), label="Counts")
+
+
+def _signatures(pairs):
+  """Signature rows for (doc id, equal-prefix length) specs over K=64."""
+  base = np.arange(64, dtype=np.uint32)
+  out = []
+  for doc_id, same in pairs:
+    sig = base.copy()
+    sig[same:] = np.uint32(1000 + doc_id) + np.arange(64 - same,
+                                                      dtype=np.uint32)
+    out.append((doc_id, sig))
+  return out
+
+
+def test_band_key_and_find_candidates_emit_star_edges():
+  # Docs 5, 9, 2 share all 64 entries; 7 shares the first 8 (2 bands); 4 none.
+  sigs = _signatures([(5, 64), (9, 64), (2, 64), (7, 8), (4, 0)])
+  config = DedupConfig(num_perm=64, bands=16, rows=4, lsh_shards=4)
+  with pipeline() as p:
+    keyed = p | beam.Create(sigs) | BandKey(config)
+    found = keyed | FindCandidates()
+    assert_that(found["edges"], equal_to([(2, 5), (2, 9), (2, 7)]),
+                label="Edges")
+    assert_that(by_stat(found["counts"]), equal_to(
+        [("buckets_multi", 16), ("candidate_edges", 3)]), label="Counts")
+    shards = keyed | beam.Keys() | "DistinctShards" >> beam.Distinct()
+    assert_that(shards | "AllInRange" >> beam.Filter(lambda s: 0 <= s < 4),
+                is_not_empty(), label="Shards")
+
+
+def test_verify_edges_keeps_only_pairs_at_or_above_threshold():
+  sigs = _signatures([(1, 64), (2, 48), (3, 32), (4, 31)])
+  config = DedupConfig(num_perm=64, bands=16, rows=4, threshold=0.5)
+  with pipeline() as p:
+    signatures = p | "Sigs" >> beam.Create(sigs)
+    edges = p | "Edges" >> beam.Create([(1, 2), (1, 3), (1, 4), (2, 4)])
+    out = {"edges": edges, "signatures": signatures} | VerifyEdges(config)
+    # 48/64, 32/64 pass; 31/64 and (2,4): 31/64 fail.
+    assert_that(out["edges"], equal_to([(1, 2), (1, 3)]), label="Edges")
+    assert_that(out["counts"], equal_to([("verified_edges", 2)]),
+                label="Counts")
+
+
+@pytest.mark.parametrize("keep,kept", [("first", 3), ("longest", 8)])
+def test_select_kept_one_per_cluster(keep, kept):
+  with pipeline() as p:
+    labels = p | "Labels" >> beam.Create([(3, 3), (8, 3), (11, 3), (20, 20),
+                                          (21, 20)])
+    lengths = p | "Lengths" >> beam.Create(
+        [(3, 10), (8, 50), (11, 50), (20, 5), (21, 5), (99, 1000)])
+    out = labels | SelectKept(keep, lengths if keep == "longest" else None)
+    assert_that(out["clusters"], equal_to([
+        (3, ClusterInfo(3, 3, kept == 3)), (8, ClusterInfo(3, 3, kept == 8)),
+        (11, ClusterInfo(3, 3, False)), (20, ClusterInfo(20, 2, True)),
+        (21, ClusterInfo(20, 2, False))]), label="Clusters")
+    assert_that(by_stat(out["counts"]), equal_to(
+        [("clusters", 2), ("clustered_docs", 5)]), label="Counts")
+
+
+def test_near_dedup_on_a_user_pcollection():
+  base = ("near duplicate detection keeps one document of every cluster of "
+          "similar documents in the corpus")
+  texts = {10: base, 11: base.upper() + "!!", 12: base.replace("corpus",
+                                                                "dataset"),
+           13: "an unrelated sentence about the weather in spring time",
+           14: ""}
+  config = DedupConfig(ngram=3, threshold=0.6)
+  with pipeline() as p:
+    out = p | beam.Create(sorted(texts.items())) | NearDedup(config)
+    assert_that(out["clusters"] | "Flags" >> beam.Map(
+        lambda kv: (kv[0], kv[1].cluster_id, kv[1].kept)),
+                equal_to([(10, 10, True), (11, 10, False), (12, 10, False)]))
+    stats = by_stat(out["counts"]) | beam.Filter(
+        lambda kv: kv[0] in ("docs_empty", "clusters", "verified_edges"))
+    assert_that(stats, equal_to([("docs_empty", 1), ("clusters", 1),
+                                 ("verified_edges", 2)]), label="Counts")
+
+
+def test_config_round_trips_through_json_params():
+  # stats.json records the config; it must be JSON-serialisable as is.
+  from pipeline.graph import run_params
+  params = run_params(CONFIG)
+  assert json.loads(json.dumps(params))["bands"] == 16
