@@ -139,45 +139,42 @@ class _Batched(beam.PTransform):
     return applied.main
 
 
-class Normalize(beam.PTransform):
-  """``(doc_id, text)`` → ``(doc_id, normalised text)``: NFKC, lowercase,
-  punctuation to space, optional digit folding, whitespace collapsed."""
+class _Stage(beam.PTransform):
+  """A per-document stage run as a vectorised kernel over batches."""
+
+  _FN = None
+  _LABEL = None
 
   def __init__(self, config: DedupConfig):
     super().__init__()
     self._config = config
 
   def expand(self, pcoll):
-    return pcoll | "NormalizeBatches" >> _Batched(
-        _NormalizeFn(self._config), with_counts=False)
+    return pcoll | self._LABEL >> _Batched(self._FN(self._config),
+                                           with_counts=False)
 
 
-class Shingle(beam.PTransform):
+class Normalize(_Stage):
+  """``(doc_id, text)`` → ``(doc_id, normalised text)``: NFKC, lowercase,
+  punctuation to space, optional digit folding, whitespace collapsed."""
+  _FN = _NormalizeFn
+  _LABEL = "NormalizeBatches"
+
+
+class Shingle(_Stage):
   """``(doc_id, normalised text)`` → ``(doc_id, uint64 array)``: the sorted
   set of n-gram shingle hashes; a document with fewer than n units yields one
   shingle, an empty one yields an empty array."""
-
-  def __init__(self, config: DedupConfig):
-    super().__init__()
-    self._config = config
-
-  def expand(self, pcoll):
-    return pcoll | "ShingleBatches" >> _Batched(
-        _ShingleFn(self._config), with_counts=False)
+  _FN = _ShingleFn
+  _LABEL = "ShingleBatches"
 
 
-class MinHash(beam.PTransform):
+class MinHash(_Stage):
   """``(doc_id, uint64 shingle array)`` → ``(doc_id, uint32[K] signature)``;
   documents with an empty shingle set are counted (``docs_empty``) and
   dropped."""
-
-  def __init__(self, config: DedupConfig):
-    super().__init__()
-    self._config = config
-
-  def expand(self, pcoll):
-    return pcoll | "MinHashBatches" >> _Batched(
-        _MinHashFn(self._config), with_counts=False)
+  _FN = _MinHashFn
+  _LABEL = "MinHashBatches"
 
 
 class ComputeSignatures(beam.PTransform):
