@@ -13,7 +13,8 @@ from apache_beam.options.pipeline_options import (PipelineOptions,
                                                   StandardOptions)
 
 from pipeline import graph
-from pipeline.options import DedupOptions, config_from_options
+from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
+                              config_from_options)
 from transforms.config import ConfigError
 from transforms.documents import expand_inputs
 from transforms.write import (CLUSTERS_DIR, DEDUPED_DIR, REJECTED_DIR,
@@ -34,6 +35,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     opts = options.view_as(DedupOptions)
   except SystemExit as e:
     return int(e.code or 2)
+  missing = [f"--{name}" for name in REQUIRED_OPTIONS
+             if not getattr(opts, name)]
+  if missing:
+    print(f"error: {' and '.join(missing)} required; see --help.",
+          file=sys.stderr)
+    return 2
   try:
     config = config_from_options(options)
     patterns = [p.strip() for p in opts.input.split(",") if p.strip()]

@@ -34,10 +34,12 @@ class DedupOptions(PipelineOptions):
   @classmethod
   def _add_argparse_args(cls, parser):
     io = parser.add_argument_group("input and output")
-    io.add_argument("--input", required=True,
+    # Not argparse-required: Beam parses every registered options class for
+    # any pipeline in the process, and a required flag would break those.
+    io.add_argument("--input",
                     help="Input file pattern(s), comma-separated; local or any"
                     " Beam filesystem (gs://, s3://). Sorted by path.")
-    io.add_argument("--output", required=True,
+    io.add_argument("--output",
                     help="Output directory for deduped/, clusters/, rejected/"
                     " and stats.json.")
     io.add_argument("--input_format", default="auto",
@@ -107,6 +109,7 @@ class DedupOptions(PipelineOptions):
                        " corpora (aim for <= ~20M band keys per shard).")
 
 
+REQUIRED_OPTIONS = ("input", "output")
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(DedupConfig))
 
 

@@ -214,3 +214,22 @@ def test_argument_errors_exit_2_with_a_clear_message(tmp_path, capsys):
   assert main(["--input", str(tmp_path / "in.jsonl"), "--output", out]) == 0
   assert main(["--input", str(tmp_path / "in.jsonl"), "--output", out]) == 2
   assert "--overwrite" in capsys.readouterr().err
+
+
+def test_missing_input_exits_2_and_other_pipelines_still_parse(capsys):
+  assert main(["--output", "/tmp/unused"]) == 2
+  assert "--input" in capsys.readouterr().err
+  # DedupOptions is registered globally once imported: it must not make
+  # unrelated pipelines (which parse every options class) fail.
+  from apache_beam.options.pipeline_options import PipelineOptions
+  PipelineOptions(["--runner", "FnApiRunner"]).get_all_options()
+
+
+def test_bundled_sample_runs_as_in_the_readme(tmp_path):
+  sample = os.path.join(os.path.dirname(__file__), "..", "data", "sample",
+                        "*.jsonl")
+  out = run(tmp_path, [sample], "--overwrite", "true")
+  stats = stats_of(out)
+  assert stats["balanced"] and stats["rejected"] == 3
+  assert stats["clusters"] >= 20
+  assert stats["params"]["bands"] * stats["params"]["rows"] <= 128

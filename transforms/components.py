@@ -128,11 +128,7 @@ class _Resolve(beam.PTransform):
                "uf": uf.labels}
               | "JoinByParent" >> beam.CoGroupByKey()
               | "Label" >> beam.FlatMap(_final_labels))
-    counts = ((uf[metrics.COUNTS],
-               classified.residual | "CountResidual" >> metrics.CountAs(
-                   "cc_residual_edges"))
-              | "FlattenResolveCounts" >> beam.Flatten())
-    return labels, counts
+    return labels, uf[metrics.COUNTS]
 
 
 def _up_and_down(edge):
@@ -172,16 +168,18 @@ class _UnionFindFn(beam.DoFn):
 
   def process(self, element):
     _, edges = element
-    held = []
+    # Both unsettled ends of an edge report it; the set counts it once.
+    held = set()
     for edge in edges:
-      held.append(edge)
+      held.add(edge)
       if len(held) > self._max_residual_edges:
         raise ResidualTooLargeError(
             "Connected components did not converge: more than "
             f"max_residual_edges={self._max_residual_edges} unsettled edges "
             "remain after the last round. Raise --max_cc_rounds (or "
             "--max_residual_edges if one worker can hold them).")
-    labels = graph.union_find_labels(held)
+    labels = graph.union_find_labels(sorted(held))
+    yield metrics.count_tag("cc_residual_edges", len(held))
     yield metrics.count_tag("cc_residual_nodes", len(labels))
     yield from labels.items()
 

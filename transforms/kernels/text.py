@@ -16,6 +16,7 @@ this package that keep ``SHINGLE_SCHEME``):
 
 from __future__ import annotations
 
+import unicodedata
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -45,7 +46,7 @@ def normalize_texts(texts: Sequence[Optional[str]], *, nfkc: bool = True,
       texts, type=pa.string())
   arr = pc.fill_null(arr, "")
   if nfkc:
-    arr = pc.utf8_normalize(arr, form="NFKC")
+    arr = _nfkc(arr)
   if lowercase:
     arr = pc.utf8_lower(arr)
   if fold_digits:
@@ -53,6 +54,13 @@ def normalize_texts(texts: Sequence[Optional[str]], *, nfkc: bool = True,
   arr = pc.replace_substring_regex(
       arr, pattern=_NOT_WORD if strip_punctuation else _SPACE, replacement=" ")
   return pc.utf8_trim_whitespace(arr)
+
+
+def _nfkc(arr):
+  # Not pc.utf8_normalize: some pyarrow releases (25.0.1 among them) skip the
+  # composition step and return NFKD for form="NFKC" (apache/arrow#51225).
+  return pa.array([unicodedata.normalize("NFKC", s) for s in arr.to_pylist()],
+                  type=arr.type)
 
 
 def unit_hashes(normalized: pa.StringArray, unit: str,

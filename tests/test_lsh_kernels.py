@@ -1,0 +1,223 @@
+"""Plain-pytest tests of the banding kernels (transforms/kernels/lsh.py)."""
+
+import numpy as np
+import pytest
+
+from transforms.kernels.lsh import (band_keys, choose_bands_rows,
+                                    collision_probability, false_negative_area,
+                                    false_positive_area, shard_of, star_edges)
+from transforms.kernels.minhash import minhash_batch, permutations
+
+
+# --- collision rate (acceptance criterion) ----------------------------------
+
+@pytest.mark.parametrize("target", [0.3, 0.5, 0.7, 0.85])
+def test_band_collision_rate_follows_s_curve(target):
+  bands, rows = 20, 5
+  k = bands * rows
+  shared = 700
+  unique = round(shared * (1 - target) / (2 * target))
+  jaccard = shared / (shared + 2 * unique)
+  rng = np.random.default_rng(int(target * 100))
+  values = rng.integers(0, 2**64, size=shared + 2 * unique, dtype=np.uint64)
+  assert len(np.unique(values & np.uint64(0xFFFFFFFF))) == len(values)
+  doc_a = values[:shared + unique]
+  doc_b = np.concatenate([values[:shared], values[shared + unique:]])
+  flat = np.concatenate([doc_a, doc_b])
+  offsets = np.array([0, len(doc_a), len(flat)], dtype=np.int64)
+
+  n_seeds, chunk = 1000, 50
+  hits = 0
+  for lo in range(0, n_seeds, chunk):
+    # Many independent permutation families at once: one wide signature.
+    families = [permutations(k, 5000 + s) for s in range(lo, lo + chunk)]
+    a = np.concatenate([f[0] for f in families])
+    b = np.concatenate([f[1] for f in families])
+    sigs = minhash_batch(flat, offsets, a, b).reshape(2, chunk, k)
+    keys_a = band_keys(sigs[0], bands, rows, seed=42)
+    keys_b = band_keys(sigs[1], bands, rows, seed=42)
+    hits += int(np.any(keys_a == keys_b, axis=1).sum())
+  expected = float(collision_probability(jaccard, bands, rows))
+  assert abs(hits / n_seeds - expected) < 0.05
+
+
+# --- S-curve and parameter choice -------------------------------------------
+
+def test_collision_probability_values():
+  assert collision_probability(0.0, 20, 5) == 0.0
+  assert collision_probability(1.0, 20, 5) == 1.0
+  assert collision_probability(0.5, 1, 1) == pytest.approx(0.5)
+  assert collision_probability(0.5, 20, 5) == pytest.approx(
+      1 - (1 - 0.5**5)**20)
+  s = np.linspace(0, 1, 101)
+  p = collision_probability(s, 9, 13)
+  assert p.shape == s.shape
+  assert np.all(np.diff(p) >= 0)
+  assert np.all((p >= 0) & (p <= 1))
+
+
+def test_error_areas():
+  # One band of one row: P(s) = s, so the areas are triangles of 1/2 * t^2
+  # below and 1/2 * (1 - t)^2 above the threshold.
+  assert false_positive_area(0.6, 1, 1) == pytest.approx(0.18, abs=1e-6)
+  assert false_negative_area(0.6, 1, 1) == pytest.approx(0.08, abs=1e-6)
+  assert false_positive_area(0.0, 9, 13) == 0.0
+  assert false_negative_area(1.0, 9, 13) == 0.0
+  for t in (0.3, 0.5, 0.8):
+    fp, fn = false_positive_area(t, 9, 13), false_negative_area(t, 9, 13)
+    assert 0 <= fp <= t and 0 <= fn <= 1 - t
+  # More bands (same rows): more false positives, fewer false negatives.
+  assert false_positive_area(0.8, 20, 5) > false_positive_area(0.8, 5, 5)
+  assert false_negative_area(0.8, 20, 5) < false_negative_area(0.8, 5, 5)
+
+
+@pytest.mark.parametrize("threshold,num_perm",
+                         [(0.8, 128), (0.5, 128), (0.9, 64), (0.7, 16)])
+def test_choose_bands_rows_fits_num_perm(threshold, num_perm):
+  bands, rows = choose_bands_rows(threshold, num_perm)
+  assert isinstance(bands, int) and isinstance(rows, int)
+  assert bands >= 1 and rows >= 1
+  assert bands * rows <= num_perm
+
+
+def test_choose_bands_rows_threshold_near_target():
+  bands, rows = choose_bands_rows(0.8, 128)
+  assert abs((1.0 / bands) ** (1.0 / rows) - 0.8) < 0.1
+
+
+def test_lower_threshold_more_bands():
+  by_threshold = [choose_bands_rows(t, 128)[0] for t in (0.9, 0.8, 0.5, 0.3)]
+  assert by_threshold == sorted(by_threshold)
+  assert by_threshold[0] < by_threshold[-1]
+
+
+def test_choose_bands_rows_weights():
+  # Penalising false negatives more pushes the S-curve threshold down.
+  b0, r0 = choose_bands_rows(0.8, 128)
+  b1, r1 = choose_bands_rows(0.8, 128, fp_weight=0.1, fn_weight=0.9)
+  assert (1 / b1) ** (1 / r1) < (1 / b0) ** (1 / r0)
+
+
+# --- band keys --------------------------------------------------------------
+
+def _random_signatures(seed, n, k):
+  rng = np.random.default_rng(seed)
+  return rng.integers(0, 2**32, size=(n, k), dtype=np.uint32)
+
+
+def test_band_keys_shape_and_determinism():
+  sigs = _random_signatures(0, 7, 128)
+  keys = band_keys(sigs, 9, 13, seed=42)
+  assert keys.shape == (7, 9)
+  assert keys.dtype == np.uint64
+  np.testing.assert_array_equal(keys, band_keys(sigs.copy(), 9, 13, seed=42))
+  # Row-wise: a document's keys do not depend on the rest of the batch.
+  np.testing.assert_array_equal(keys[3:4], band_keys(sigs[3:4], 9, 13, seed=42))
+  assert not np.array_equal(keys, band_keys(sigs, 9, 13, seed=43))
+  assert len(np.unique(keys)) == keys.size
+
+
+def test_equal_band_values_in_different_bands_get_different_keys():
+  sigs = np.tile(np.arange(5, dtype=np.uint32), (1, 4))  # 4 equal bands
+  keys = band_keys(sigs, 4, 5, seed=1)
+  assert len(np.unique(keys[0])) == 4
+  zeros = band_keys(np.zeros((1, 20), dtype=np.uint32), 4, 5, seed=1)
+  assert len(np.unique(zeros[0])) == 4
+
+
+def test_band_keys_match_in_a_band_iff_band_values_match():
+  sigs = _random_signatures(1, 2, 20)
+  sigs[1, 5:10] = sigs[0, 5:10]  # only band 1 is shared
+  keys = band_keys(sigs, 4, 5, seed=3)
+  assert (keys[0] == keys[1]).tolist() == [False, True, False, False]
+
+
+def test_only_first_bands_times_rows_columns_matter():
+  sigs = _random_signatures(2, 5, 128)
+  other = sigs.copy()
+  other[:, 117:] = _random_signatures(3, 5, 11)
+  np.testing.assert_array_equal(band_keys(sigs, 9, 13, seed=42),
+                                band_keys(other, 9, 13, seed=42))
+  other[:, 116] ^= 1
+  assert np.all(band_keys(sigs, 9, 13, seed=42)[:, 8]
+                != band_keys(other, 9, 13, seed=42)[:, 8])
+
+
+def test_shard_of_in_range():
+  keys = band_keys(_random_signatures(4, 1000, 100), 20, 5, seed=42).ravel()
+  for shards in (1, 7, 64):
+    s = shard_of(keys, shards)
+    assert s.dtype == np.int64
+    assert s.min() >= 0 and s.max() < shards
+  s = shard_of(keys, 64)
+  assert len(np.unique(s)) == 64  # 20,000 mixed keys reach every shard
+  np.testing.assert_array_equal(shard_of(keys[:10], 64), s[:10])
+
+
+# --- star edges -------------------------------------------------------------
+
+def test_star_edges_hand_example():
+  keys = np.array([7, 3, 7, 3, 7, 9, 5, 5], dtype=np.uint64)
+  ids = np.array([12, 4, 10, 2, 11, 1, 6, 6], dtype=np.int64)
+  src, dst, sizes = star_edges(keys, ids)
+  # Bucket 3: {2, 4}; bucket 7: {10, 11, 12}; bucket 9: {1};
+  # bucket 5: {6} twice, which counts once.
+  assert list(zip(src.tolist(), dst.tolist())) == [(2, 4), (10, 11), (10, 12)]
+  assert sorted(sizes.tolist()) == [2, 3]
+
+
+def test_star_edges_deduplicated_across_buckets():
+  keys = np.array([1, 1, 2, 2, 3, 3, 3], dtype=np.uint64)
+  ids = np.array([5, 8, 8, 5, 5, 8, 9], dtype=np.int64)
+  src, dst, sizes = star_edges(keys, ids)
+  assert list(zip(src.tolist(), dst.tolist())) == [(5, 8), (5, 9)]
+  assert sorted(sizes.tolist()) == [2, 2, 3]
+
+
+def test_star_edges_duplicate_entries_counted_once():
+  keys = np.array([4, 4, 4, 4, 4], dtype=np.uint64)
+  ids = np.array([3, 1, 3, 1, 3], dtype=np.int64)
+  src, dst, sizes = star_edges(keys, ids)
+  assert src.tolist() == [1] and dst.tolist() == [3]
+  assert sizes.tolist() == [2]
+  # The same document twice, alone in its bucket: no edge, no bucket.
+  src, dst, sizes = star_edges(np.array([8, 8], dtype=np.uint64),
+                               np.array([5, 5], dtype=np.int64))
+  assert len(src) == len(dst) == len(sizes) == 0
+
+
+def test_star_edges_empty_and_single():
+  for n in (0, 1):
+    src, dst, sizes = star_edges(np.arange(n, dtype=np.uint64),
+                                 np.arange(n, dtype=np.int64))
+    assert len(src) == len(dst) == len(sizes) == 0
+
+
+def test_star_edges_large_bucket_is_a_star():
+  n = 100_000
+  rng = np.random.default_rng(5)
+  ids = rng.permutation(np.arange(1000, 1000 + n, dtype=np.int64))
+  keys = np.full(n, 0xDEADBEEF, dtype=np.uint64)
+  src, dst, sizes = star_edges(keys, ids)
+  assert len(src) == n - 1
+  assert np.all(src == 1000)
+  np.testing.assert_array_equal(dst, np.arange(1001, 1000 + n))
+  assert sizes.tolist() == [n]
+
+
+def test_star_edges_sorted_src_less_than_dst():
+  rng = np.random.default_rng(6)
+  keys = rng.integers(0, 50, size=2000).astype(np.uint64)
+  ids = rng.integers(0, 500, size=2000).astype(np.int64)
+  src, dst, sizes = star_edges(keys, ids)
+  assert np.all(src < dst)
+  pairs = np.stack([src, dst], axis=1)
+  np.testing.assert_array_equal(pairs, np.unique(pairs, axis=0))
+  # Every edge joins two members of some bucket, from its minimum.
+  members = {}
+  for k, i in zip(keys.tolist(), ids.tolist()):
+    members.setdefault(k, set()).add(i)
+  expected = {(min(m), x) for m in members.values() for x in m if x != min(m)}
+  assert set(zip(src.tolist(), dst.tolist())) == expected
+  assert sorted(sizes.tolist()) == sorted(
+      len(m) for m in members.values() if len(m) >= 2)
