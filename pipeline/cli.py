@@ -9,8 +9,7 @@ from typing import List, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import (PipelineOptions,
-                                                  StandardOptions)
+from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import graph
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
@@ -27,7 +26,12 @@ _OUTPUTS = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE)
 def main(argv: Optional[List[str]] = None) -> int:
   """Runs the job; returns the process exit code (0 ok, 2 bad arguments)."""
   argv = list(sys.argv[1:] if argv is None else argv)
-  options = PipelineOptions(argv)
+  try:
+    # The job's parser, not PipelineOptions': Beam's base parser knows none of
+    # the job's flags, so its --help listed nothing.
+    options = DedupOptions(argv)
+  except SystemExit as e:  # --help (0) or an invalid value/choice (2)
+    return 0 if e.code is None else int(e.code)
   if options.view_as(StandardOptions).runner is None:
     # The stock DirectRunner first tries to download Prism; run in-process.
     options.view_as(StandardOptions).runner = DEFAULT_RUNNER

@@ -1,8 +1,10 @@
-"""The seed experiment's synthetic corpus, written as JSONL for the CLI."""
+"""Test corpora (the seed experiment's, as JSONL) and readers of job outputs."""
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 from typing import List, Set, Tuple
 
 import numpy as np
@@ -34,3 +36,27 @@ def write_jsonl(path, texts, ids=None) -> None:
     for i, text in enumerate(texts):
       f.write(json.dumps({"id": ids[i] if ids else f"doc-{i}", "text": text})
               + "\n")
+
+
+def read_jsonl(pattern):
+  """Rows of every JSONL file matching ``pattern``, files in path order."""
+  rows = []
+  for path in sorted(glob.glob(pattern)):
+    with open(path, encoding="utf-8") as f:
+      rows.extend(json.loads(line) for line in f)
+  return rows
+
+
+def stats_of(out) -> dict:
+  with open(os.path.join(out, "stats.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
+def tree_bytes(out) -> dict:
+  """Every file under ``out`` as relative path -> bytes."""
+  files = {}
+  for path in sorted(glob.glob(os.path.join(out, "**", "*"), recursive=True)):
+    if os.path.isfile(path):
+      with open(path, "rb") as f:
+        files[os.path.relpath(path, out)] = f.read()
+  return files

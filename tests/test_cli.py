@@ -1,6 +1,5 @@
 """End-to-end tests through the CLI's ``main(argv)`` on temporary files."""
 
-import glob
 import itertools
 import json
 import os
@@ -10,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
-from tests.corpus import seed_corpus, write_jsonl
+from tests.corpus import (read_jsonl, seed_corpus, stats_of, tree_bytes,
+                          write_jsonl)
 
 SEED_ARGS = ["--ngram", "3", "--num_perm", "128", "--bands", "32", "--rows",
              "4", "--threshold", "0.4"]
@@ -22,28 +22,6 @@ def run(tmp_path, inputs, *extra, name="out"):
                *extra])
   assert code == 0
   return out
-
-
-def read_jsonl(pattern):
-  rows = []
-  for path in sorted(glob.glob(pattern)):
-    with open(path, encoding="utf-8") as f:
-      rows.extend(json.loads(line) for line in f)
-  return rows
-
-
-def stats_of(out):
-  with open(os.path.join(out, "stats.json"), encoding="utf-8") as f:
-    return json.load(f)
-
-
-def tree_bytes(out):
-  files = {}
-  for path in sorted(glob.glob(os.path.join(out, "**", "*"), recursive=True)):
-    if os.path.isfile(path):
-      with open(path, "rb") as f:
-        files[os.path.relpath(path, out)] = f.read()
-  return files
 
 
 def predicted_pairs(out):

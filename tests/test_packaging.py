@@ -1,0 +1,88 @@
+"""The sdist that ``--setup_file`` stages installs and runs on its own.
+
+Beam's stager builds ``python setup.py sdist`` (``python -m build`` when that
+is installed) and workers pip-install it, so the tarball must carry every
+package and the files setup.py reads. Offline: the fresh venv sees this
+interpreter's site-packages, so nothing is downloaded.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 120
+
+
+def run(args, **kwargs):
+  result = subprocess.run(args, capture_output=True, text=True,
+                          timeout=TIMEOUT_S, stdin=subprocess.DEVNULL,
+                          check=False, **kwargs)
+  assert result.returncode == 0, (
+      f"{args} exited {result.returncode}\n{result.stdout[-3000:]}\n"
+      f"{result.stderr[-3000:]}")
+  return result
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+  """The project's sdist, built from the repository without writing to it
+  (the egg-info goes to the temporary folder too)."""
+  out = tmp_path_factory.mktemp("sdist")
+  run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(out),
+       "sdist", "--dist-dir", str(out)], cwd=ROOT)
+  tarballs = sorted(out.glob("*.tar.gz"))
+  assert len(tarballs) == 1, tarballs
+  return tarballs[0]
+
+
+def test_sdist_holds_packages_and_the_files_setup_reads(sdist):
+  with tarfile.open(sdist) as tar:
+    names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+  for required in ("setup.py", "README.md", "requirements.txt",
+                   "pipeline/__init__.py", "pipeline/__main__.py",
+                   "pipeline/cli.py", "pipeline/options.py",
+                   "transforms/__init__.py", "transforms/kernels/__init__.py"):
+    assert required in names, f"{required} missing from {sdist.name}"
+  # Every module of the source tree ships, kernels included.
+  for package in ("pipeline", "transforms", "transforms/kernels"):
+    for name in os.listdir(os.path.join(ROOT, package)):
+      if name.endswith(".py"):
+        assert f"{package}/{name}" in names, f"{package}/{name} missing"
+
+
+def test_sdist_installs_and_runs_outside_the_repository(sdist, tmp_path):
+  if importlib.util.find_spec("wheel") is None:
+    pytest.fail("pip builds the sdist with setuptools' bdist_wheel, which"
+                " needs the 'wheel' package: pip install -r"
+                " requirements-dev.txt")
+  venv = tmp_path / "venv"
+  # Without pip of its own: the system pip (seen through the system
+  # site-packages) installs into whichever interpreter runs it.
+  run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+       str(venv)])
+  python = str(venv / "bin" / "python")
+  run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+       "--no-index", "--disable-pip-version-check", "-q", str(sdist)],
+      cwd=str(tmp_path))
+
+  # Outside the repository, so only the installed copy can be imported.
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  where = run([python, "-c", "import pipeline, transforms.kernels;"
+               " print(pipeline.__file__)"], cwd=str(elsewhere), env=env)
+  assert where.stdout.strip().startswith(str(venv)), where.stdout
+
+  shown = run([python, "-m", "pipeline", "--help"], cwd=str(elsewhere),
+              env=env)
+  assert "--input" in shown.stdout and "--lsh_shards" in shown.stdout
+
+  script = venv / "bin" / "neardup"
+  assert script.exists(), "console script 'neardup' not installed"
+  shown = run([str(script), "--help"], cwd=str(elsewhere), env=env)
+  assert "--input" in shown.stdout
