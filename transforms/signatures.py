@@ -58,12 +58,16 @@ class _ShingleFn(_BatchFn):
     yield from zip(ids, text_kernels.unique_per_document(shingles, offsets))
 
 
-class _MinHashFn(_BatchFn):
-  """Shingle arrays → uint32 signatures; empty sets get no signature."""
+class _PermutationsFn(_BatchFn):
+  """Builds the K permutations once per worker, from the config's seed."""
 
   def setup(self):
     self._a, self._b = minhash_kernels.permutations(self._config.num_perm,
                                                     self._config.seed)
+
+
+class _MinHashFn(_PermutationsFn):
+  """Shingle arrays → uint32 signatures; empty sets get no signature."""
 
   def compute(self, ids, values):
     sizes = np.fromiter((len(v) for v in values), dtype=np.int64,
@@ -81,17 +85,13 @@ class _MinHashFn(_BatchFn):
       yield ids[i], sigs[row]
 
 
-class _SignatureFn(_BatchFn):
+class _SignatureFn(_PermutationsFn):
   """Raw text → signature in one pass (the fused Normalize/Shingle/MinHash).
 
   Documents with no units are counted as ``docs_empty``, those with fewer
   than ``min_tokens`` units as ``docs_too_short``; neither gets a signature,
   so neither is ever clustered.
   """
-
-  def setup(self):
-    self._a, self._b = minhash_kernels.permutations(self._config.num_perm,
-                                                    self._config.seed)
 
   def compute(self, ids, values):
     c = self._config
