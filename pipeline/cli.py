@@ -29,16 +29,12 @@ def main(argv: Optional[List[str]] = None) -> int:
   try:
     # The job's parser, not PipelineOptions': Beam's base parser knows none of
     # the job's flags, so its --help listed nothing.
-    options = DedupOptions(argv)
+    opts = DedupOptions(argv)
   except SystemExit as e:  # --help (0) or an invalid value/choice (2)
     return 0 if e.code is None else int(e.code)
-  if options.view_as(StandardOptions).runner is None:
+  if opts.view_as(StandardOptions).runner is None:
     # The stock DirectRunner first tries to download Prism; run in-process.
-    options.view_as(StandardOptions).runner = DEFAULT_RUNNER
-  try:
-    opts = options.view_as(DedupOptions)
-  except SystemExit as e:
-    return int(e.code or 2)
+    opts.view_as(StandardOptions).runner = DEFAULT_RUNNER
   missing = [f"--{name}" for name in REQUIRED_OPTIONS
              if not getattr(opts, name)]
   if missing:
@@ -46,7 +42,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           file=sys.stderr)
     return 2
   try:
-    config = config_from_options(options)
+    config = config_from_options(opts)
     patterns = [p.strip() for p in opts.input.split(",") if p.strip()]
     expand_inputs(patterns, opts.input_format)
     _prepare_output(opts.output, opts.overwrite)
@@ -54,7 +50,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
 
-  with beam.Pipeline(options=options) as p:
+  with beam.Pipeline(options=opts) as p:
     graph.build(p, patterns, opts.output, config, opts.input_format,
                 opts.text_field, opts.id_field)
 
