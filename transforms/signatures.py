@@ -9,6 +9,7 @@ import numpy as np
 from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.kernels import minhash as minhash_kernels
+from transforms.kernels import signature as signature_kernels
 from transforms.kernels import text as text_kernels
 
 _MIN_BATCH = 64
@@ -95,9 +96,9 @@ class _SignatureFn(_PermutationsFn):
 
   def compute(self, ids, values):
     c = self._config
-    shingles, offsets, unit_counts = text_kernels.shingle_batch(
-        values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed,
-        **_normalize_options(c))
+    sigs, unit_counts = signature_kernels.signature_batch(
+        values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
+        b=self._b, **_normalize_options(c))
     empty = unit_counts == 0
     short = ~empty & (unit_counts < c.min_tokens)
     signed = np.flatnonzero(~empty & ~short)
@@ -106,19 +107,8 @@ class _SignatureFn(_PermutationsFn):
     if short.any():
       yield metrics.count_tag("docs_too_short", int(short.sum()))
     yield metrics.count_tag("docs_signed", len(signed))
-    if not len(signed):
-      return
-    starts, ends = offsets[signed], offsets[signed + 1]
-    lengths = ends - starts
-    sub_offsets = np.zeros(len(signed) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=sub_offsets[1:])
-    if len(signed) == len(ids):
-      flat = shingles
-    else:
-      flat = np.concatenate([shingles[s:e] for s, e in zip(starts, ends)])
-    sigs = minhash_kernels.minhash_batch(flat, sub_offsets, self._a, self._b)
-    for row, i in enumerate(signed):
-      yield ids[i], sigs[row]
+    for i in signed:
+      yield ids[i], sigs[i]
 
 
 class _Batched(beam.PTransform):
