@@ -32,9 +32,9 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   texts = read["documents"] | "DocText" >> beam.Map(
       lambda d: (d.doc_id, d.text))
   dedup = texts | "NearDedup" >> NearDedup(config)
-  written = ({"documents": read["documents"], "clusters": dedup["clusters"],
-              "rejected": read["rejected"], "files": read["files"]}
-             | "WriteResults" >> WriteResults(output))
+  written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
+              "files": read["files"]}
+             | "WriteResults" >> WriteResults(output, id_field))
   return ((read["counts"], dedup["counts"], written)
           | "AllCounts" >> beam.Flatten()
           | "WriteStats" >> WriteStats(output, run_params(config)))

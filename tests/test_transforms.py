@@ -28,6 +28,26 @@ def by_stat(counts):
   return counts | beam.CombinePerKey(sum)
 
 
+def unbatch_signatures(batch):
+  ids, sigs = batch
+  return [(i, sig.tolist()) for i, sig in zip(ids.tolist(), sigs)]
+
+
+def signature_batch(pairs):
+  return (np.array([i for i, _ in pairs], dtype=np.int64),
+          np.stack([sig for _, sig in pairs]))
+
+
+def edge_pairs(edges):
+  return edges | "EdgePairs" >> beam.FlatMap(
+      lambda kv: zip(kv[1][0].tolist(), kv[1][1].tolist()))
+
+
+def without_shuffle_bytes(counts):
+  return counts | "SumCounts" >> beam.CombinePerKey(sum) | beam.Filter(
+      lambda kv: not kv[0].startswith("shuffle_bytes_"))
+
+
 def test_read_documents_assigns_positional_ids_and_rejects_with_reasons(
     tmp_path):
   (tmp_path / "a.jsonl").write_bytes(
@@ -48,7 +68,8 @@ def test_read_documents_assigns_positional_ids_and_rejects_with_reasons(
         (1, 2, "text_not_string"), (2, 3, "malformed_json"),
         ((1 << ROW_BITS) | 1, 2, "invalid_utf8"),
         ((2 << ROW_BITS) | 1, 2, "text_not_string")]), label="Rejected")
-    assert_that(read["counts"], equal_to([("docs_in", 9)]), label="Counts")
+    assert_that(by_stat(read["counts"]), equal_to([("docs_in", 9)]),
+                label="Counts")
     files = read["files"] | "FileFormats" >> beam.Map(
         lambda f: (f.index, f.format))
     assert_that(files, equal_to([(0, "jsonl"), (1, "text"), (2, "parquet")]),
@@ -90,9 +111,8 @@ def test_normalize_shingle_minhash_match_the_kernels():
         for i, s in enumerate(expected_sets) if len(s)]
     assert_that(sigs, equal_to(expected_sigs), label="Signatures")
     fused = (docs | ComputeSignatures(CONFIG))
-    assert_that(fused["signatures"] | "FusedToLists" >> beam.Map(
-        lambda kv: (kv[0], kv[1].tolist())), equal_to(expected_sigs),
-                label="Fused")
+    assert_that(fused["signatures"] | "FusedToLists" >> beam.FlatMap(
+        unbatch_signatures), equal_to(expected_sigs), label="Fused")
     assert_that(by_stat(fused["counts"]), equal_to(
         [("docs_empty", 1), ("docs_signed", 3)]), label="FusedCounts")
 
@@ -102,7 +122,8 @@ def test_min_tokens_keeps_short_documents_out_of_clustering():
   with pipeline() as p:
     out = (p | beam.Create([(1, "a b"), (2, "a b"), (3, "a b c d")])
            | ComputeSignatures(config))
-    assert_that(out["signatures"] | beam.Keys(), equal_to([3]), label="Ids")
+    assert_that(out["signatures"] | beam.FlatMap(lambda b: b[0].tolist()),
+                equal_to([3]), label="Ids")
     assert_that(by_stat(out["counts"]), equal_to(
         [("docs_too_short", 2), ("docs_signed", 1)]), label="Counts")
 
@@ -124,13 +145,20 @@ def test_band_key_and_find_candidates_emit_star_edges():
   sigs = _signatures([(5, 64), (9, 64), (2, 64), (7, 8), (4, 0)])
   config = DedupConfig(num_perm=64, bands=16, rows=4, lsh_shards=4)
   with pipeline() as p:
-    keyed = p | beam.Create(sigs) | BandKey(config)
-    found = keyed | FindCandidates()
-    assert_that(found["edges"], equal_to([(2, 5), (2, 9), (2, 7)]),
-                label="Edges")
-    assert_that(by_stat(found["counts"]), equal_to(
+    # Two batches, so edges of one bucket come from different elements.
+    keyed = (p | beam.Create([signature_batch(sigs[:2]),
+                              signature_batch(sigs[2:])])
+             | BandKey(config))
+    found = keyed["keys"] | FindCandidates(config.lsh_shards)
+    assert_that(edge_pairs(found["edges"]),
+                equal_to([(2, 5), (2, 9), (2, 7)]), label="Edges")
+    assert_that(without_shuffle_bytes(found["counts"]), equal_to(
         [("buckets_multi", 16), ("candidate_edges", 3)]), label="Counts")
-    shards = keyed | beam.Keys() | "DistinctShards" >> beam.Distinct()
+    assert_that(keyed["counts"] | "SumKeyBytes" >> beam.CombinePerKey(sum),
+                equal_to(
+        [("shuffle_bytes_band_keys", 5 * 16 * 16)]), label="KeyBytes")
+    shards = (keyed["keys"] | beam.Keys()
+              | "DistinctShards" >> beam.Distinct())
     assert_that(shards | "AllInRange" >> beam.Filter(lambda s: 0 <= s < 4),
                 is_not_empty(), label="Shards")
 
@@ -139,12 +167,17 @@ def test_verify_edges_keeps_only_pairs_at_or_above_threshold():
   sigs = _signatures([(1, 64), (2, 48), (3, 32), (4, 31)])
   config = DedupConfig(num_perm=64, bands=16, rows=4, threshold=0.5)
   with pipeline() as p:
-    signatures = p | "Sigs" >> beam.Create(sigs)
-    edges = p | "Edges" >> beam.Create([(1, 2), (1, 3), (1, 4), (2, 4)])
+    signatures = p | "Sigs" >> beam.Create([signature_batch(sigs[:3]),
+                                            signature_batch(sigs[3:])])
+    edges = p | "Edges" >> beam.Create([
+        (0, (np.array([1, 1]), np.array([2, 3]))),
+        (3, (np.array([1, 2]), np.array([4, 4])))])
     out = {"edges": edges, "signatures": signatures} | VerifyEdges(config)
     # 48/64, 32/64 pass; 31/64 and (2,4): 31/64 fail.
-    assert_that(out["edges"], equal_to([(1, 2), (1, 3)]), label="Edges")
-    assert_that(out["counts"], equal_to([("verified_edges", 2)]),
+    assert_that(edge_pairs(out["edges"]), equal_to([(1, 2), (1, 3)]),
+                label="Edges")
+    assert_that(without_shuffle_bytes(out["counts"]), equal_to(
+        [("verified_edges", 2), ("edges_below_threshold", 2)]),
                 label="Counts")
 
 
@@ -160,7 +193,7 @@ def test_select_kept_one_per_cluster(keep, kept):
         (3, ClusterInfo(3, 3, kept == 3)), (8, ClusterInfo(3, 3, kept == 8)),
         (11, ClusterInfo(3, 3, False)), (20, ClusterInfo(20, 2, True)),
         (21, ClusterInfo(20, 2, False))]), label="Clusters")
-    assert_that(by_stat(out["counts"]), equal_to(
+    assert_that(without_shuffle_bytes(out["counts"]), equal_to(
         [("clusters", 2), ("clustered_docs", 5)]), label="Counts")
 
 
@@ -177,7 +210,7 @@ def test_near_dedup_on_a_user_pcollection():
     assert_that(out["clusters"] | "Flags" >> beam.Map(
         lambda kv: (kv[0], kv[1].cluster_id, kv[1].kept)),
                 equal_to([(10, 10, True), (11, 10, False), (12, 10, False)]))
-    stats = by_stat(out["counts"]) | beam.Filter(
+    stats = by_stat(out["counts"]) | "Some" >> beam.Filter(
         lambda kv: kv[0] in ("docs_empty", "clusters", "verified_edges"))
     assert_that(stats, equal_to([("docs_empty", 1), ("clusters", 1),
                                  ("verified_edges", 2)]), label="Counts")

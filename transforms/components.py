@@ -80,7 +80,9 @@ class _LargeStarFn(beam.DoFn):
 
   def process(self, element, stat):
     node, neighbors = element
-    larger, m = graph.large_star(node, np.fromiter(neighbors, dtype=np.int64))
+    neighbors = np.fromiter(neighbors, dtype=np.int64)
+    yield metrics.shuffled("connected_components", 16 * len(neighbors))
+    larger, m = graph.large_star(node, neighbors)
     if m != node and len(larger):
       yield metrics.count_tag(stat, len(larger))
     for v in larger.tolist():
@@ -93,6 +95,7 @@ class _SmallStarFn(beam.DoFn):
   def process(self, element, stat):
     node, smaller = element
     smaller = np.fromiter(smaller, dtype=np.int64)
+    yield metrics.shuffled("connected_components", 16 * len(smaller))
     members, m = graph.small_star(node, smaller)
     moved = int(np.count_nonzero(np.unique(smaller) != m))
     if moved:

@@ -3,6 +3,7 @@ filesystem, with a stable id per document and a reason for every rejection."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any, Iterable, List, NamedTuple, Sequence, Tuple
 
@@ -41,9 +42,12 @@ class Rejected(NamedTuple):
 
 
 class InputFile(NamedTuple):
+  """A matched input file; ``size`` (bytes at match time) lets the write
+  stage, which reads the file again, detect that it changed meanwhile."""
   index: int
   path: str
   format: str
+  size: int
 
 
 def make_doc_id(file_index: int, row: int) -> int:
@@ -78,15 +82,15 @@ def expand_inputs(patterns: Sequence[str],
   if input_format not in FORMATS + ("auto",):
     raise ValueError(f"input format {input_format!r}: use one of "
                      f"{('auto',) + FORMATS}")
-  paths = set()
+  paths = {}
   for result in FileSystems.match(list(patterns)):
-    paths.update(m.path for m in result.metadata_list)
+    paths.update((m.path, m.size_in_bytes) for m in result.metadata_list)
   if not paths:
     raise ValueError(f"No input files match {list(patterns)}; check --input.")
   if len(paths) > MAX_FILES:
     raise ValueError(f"{len(paths)} input files exceed the limit of "
                      f"{MAX_FILES}; merge inputs into fewer files.")
-  return [InputFile(i, p, detect_format(p, input_format))
+  return [InputFile(i, p, detect_format(p, input_format), paths[p])
           for i, p in enumerate(sorted(paths))]
 
 
@@ -98,7 +102,7 @@ class ReadDocuments(beam.PTransform):
   * ``rejected``: :class:`Rejected` for malformed JSON, a missing or non-string
     text field, invalid UTF-8 and a JSONL line that is blank.
   * ``files``: :class:`InputFile` per matched file (the manifest).
-  * ``counts``: one ``("docs_in", n)`` element: documents plus rejections.
+  * ``counts``: ``("docs_in", n)`` per file: documents plus rejections.
 
   Text files: one document per line (blank lines are empty documents).
   Compression is detected from the file extension.
@@ -122,15 +126,12 @@ class ReadDocuments(beam.PTransform):
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadFiles" >> beam.ParDo(
                 _ReadFileFn(self._text_field, self._id_field)).with_outputs(
-                    "rejected", main="documents"))
-    counts = ((read.documents, read.rejected)
-              | "AllRecords" >> beam.Flatten()
-              | "CountIn" >> metrics.CountAs("docs_in"))
+                    "rejected", metrics.COUNTS, main="documents"))
     return {
         "documents": read.documents,
         "rejected": read.rejected,
         "files": files,
-        "counts": counts,
+        "counts": read[metrics.COUNTS],
     }
 
 
@@ -142,36 +143,29 @@ class _ReadFileFn(beam.DoFn):
     self._id_field = id_field
 
   def process(self, input_file: InputFile):
-    index, path, fmt = input_file
+    index, path, fmt, _ = input_file
     metrics.counter("input_files").inc()
     if fmt == "parquet":
       records = self._parquet(index, path)
     else:
       records = self._lines(index, path, fmt)
+    rows = 0
     for record in records:
+      rows += 1
       if isinstance(record, Rejected):
         metrics.counter("rejected_" + record.reason.split(":")[0]).inc()
         yield beam.pvalue.TaggedOutput("rejected", record)
       else:
         yield record
+    yield metrics.count_tag("docs_in", rows)
 
   def _lines(self, index, path, fmt):
-    with FileSystems.open(path) as handle:
-      row = 0
-      while True:
-        line = handle.readline()
-        if not line:
-          break
-        if line.endswith(b"\n"):
-          line = line[:-1]
-          if line.endswith(b"\r"):
-            line = line[:-1]
-        doc_id = make_doc_id(index, row)
-        if fmt == "jsonl":
-          yield self._parse_json_line(doc_id, path, row, line)
-        else:
-          yield _text_document(doc_id, path, row, line)
-        row += 1
+    for row, line in iter_lines(path):
+      doc_id = make_doc_id(index, row)
+      if fmt == "jsonl":
+        yield self._parse_json_line(doc_id, path, row, line)
+      else:
+        yield _text_document(doc_id, path, row, line)
 
   def _parse_json_line(self, doc_id, path, row, line: bytes):
 
@@ -201,10 +195,7 @@ class _ReadFileFn(beam.DoFn):
     return Document(doc_id, text, obj.get(self._id_field), line)
 
   def _parquet(self, index, path):
-    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-    with FileSystems.open(
-        path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-      parquet = pq.ParquetFile(handle)
+    with open_parquet(path) as parquet:
       has_text = self._text_field in parquet.schema_arrow.names
       row = 0
       for batch in parquet.iter_batches():
@@ -221,6 +212,32 @@ class _ReadFileFn(beam.DoFn):
           else:
             yield Document(doc_id, text, obj.get(self._id_field), obj)
           row += 1
+
+
+def iter_lines(path: str) -> Iterable[Tuple[int, bytes]]:
+  """``(row, line)`` for every line of a (possibly compressed) file, without
+  the line ending; the row numbering every reader of a file shares."""
+  with FileSystems.open(path) as handle:
+    row = 0
+    while True:
+      line = handle.readline()
+      if not line:
+        return
+      if line.endswith(b"\n"):
+        line = line[:-1]
+        if line.endswith(b"\r"):
+          line = line[:-1]
+      yield row, line
+      row += 1
+
+
+@contextlib.contextmanager
+def open_parquet(path: str):
+  """A ``pyarrow.parquet.ParquetFile`` over any Beam filesystem."""
+  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+  with FileSystems.open(
+      path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    yield pq.ParquetFile(handle)
 
 
 def _text_document(doc_id, path, row, line: bytes):

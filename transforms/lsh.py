@@ -1,10 +1,18 @@
-"""BandKey → GroupByKey collision → candidate edges → verification."""
+"""BandKey → GroupByKey collision → candidate edges → verification.
+
+Everything from signatures to verified edges moves as numpy arrays, one
+element per (batch, shard): the shuffles carry a few large elements, never
+one per document, band or edge.
+
+* signature batch: ``(ids int64[n], signatures uint32[n, K])``
+* edge batch: ``(edge shard, (src int64[m], dst int64[m]))`` with src < dst;
+  the shard is that of ``src`` (:func:`lsh_kernels.node_shard`).
+"""
 
 from __future__ import annotations
 
 import math
-
-from typing import Tuple
+from typing import Any, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -13,28 +21,28 @@ from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.kernels import lsh as lsh_kernels
 
-_MAX_BATCH = 4096
+_SIG, _WANT, _EDGES = "sig", "want", "edges"
 
 
 class BandKey(beam.PTransform):
-  """``(doc_id, signature)`` → ``(shard, (keys uint64[m], ids int64[m]))``.
+  """Signature batches → ``(shard, (keys uint64[m], ids int64[m]))``.
 
   Each document gets one stable 64-bit key per band (hash of band index and
   the band's r values). Keys are routed to ``config.lsh_shards`` shards by
-  their high bits and shipped as numpy arrays, one element per (batch, shard),
-  so the shuffle moves a few large elements instead of one per (doc, band).
+  their high bits. Returns ``{"keys", "counts"}``.
   """
 
   def __init__(self, config: DedupConfig):
     super().__init__()
     self._config = config
 
-  def expand(self, signatures):
-    return (signatures
-            | "BatchSignatures" >> beam.BatchElements(max_batch_size=_MAX_BATCH)
-            | "ComputeBandKeys" >> beam.ParDo(_BandKeyFn(self._config)))
+  def expand(self, signature_batches):
+    out = signature_batches | "ComputeBandKeys" >> beam.ParDo(
+        _BandKeyFn(self._config)).with_outputs(metrics.COUNTS, main="keys")
+    return {"keys": out.keys, "counts": out[metrics.COUNTS]}
 
 
+@beam.typehints.with_output_types(Tuple[int, Any])
 class _BandKeyFn(beam.DoFn):
 
   def __init__(self, config: DedupConfig):
@@ -42,40 +50,48 @@ class _BandKeyFn(beam.DoFn):
 
   def process(self, batch):
     c = self._config
-    ids = np.fromiter((doc_id for doc_id, _ in batch), dtype=np.int64,
-                      count=len(batch))
-    sigs = np.stack([sig for _, sig in batch])
+    ids, sigs = batch
     keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
     ids = np.repeat(ids, c.bands)
-    shards = lsh_kernels.shard_of(keys, c.lsh_shards)
-    order = np.argsort(shards, kind="stable")
-    shards, keys, ids = shards[order], keys[order], ids[order]
-    bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-      yield int(shards[lo]), (keys[lo:hi], ids[lo:hi])
+    yield metrics.shuffled("band_keys", keys.nbytes + ids.nbytes)
+    for shard, (shard_keys, shard_ids) in lsh_kernels.split_by_shard(
+        lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids):
+      yield shard, (shard_keys, shard_ids)
 
 
 class FindCandidates(beam.PTransform):
-  """Band-key shards → distinct candidate edges ``(src, dst)``, src < dst.
+  """Band-key shards → distinct candidate edge batches.
 
-  Returns ``{"edges", "counts"}``. Each bucket (documents sharing a band key)
-  of k members yields k-1 star edges from its smallest id, never k^2 pairs.
+  Each bucket (documents sharing a band key) of k members yields k-1 star
+  edges from its smallest id, never k^2 pairs; an edge found by several
+  bands is kept once. Returns ``{"edges", "counts"}`` (``buckets_multi``,
+  ``candidate_edges``).
   """
+
+  def __init__(self, num_shards: int):
+    super().__init__()
+    self._num_shards = num_shards
 
   def expand(self, band_keys):
     found = (band_keys
              | "GroupByShard" >> beam.GroupByKey()
-             | "CollideInShard" >> beam.ParDo(_CollideFn()).with_outputs(
-                 metrics.COUNTS, main="edges"))
-    edges = found.edges | "DistinctEdges" >> beam.Distinct()
-    counts = ((found[metrics.COUNTS],
-               edges | "CountCandidates" >> metrics.CountAs("candidate_edges"))
+             | "CollideInShard" >> beam.ParDo(
+                 _CollideFn(self._num_shards)).with_outputs(
+                     metrics.COUNTS, main="edges"))
+    distinct = (found.edges
+                | "GroupEdges" >> beam.GroupByKey()
+                | "DistinctEdges" >> beam.ParDo(_DistinctFn()).with_outputs(
+                    metrics.COUNTS, main="edges"))
+    counts = ((found[metrics.COUNTS], distinct[metrics.COUNTS])
               | "FlattenCounts" >> beam.Flatten())
-    return {"edges": edges, "counts": counts}
+    return {"edges": distinct.edges, "counts": counts}
 
 
-@beam.typehints.with_output_types(Tuple[int, int])
+@beam.typehints.with_output_types(Tuple[int, Any])
 class _CollideFn(beam.DoFn):
+
+  def __init__(self, num_shards: int):
+    self._num_shards = num_shards
 
   def setup(self):
     self._bucket_sizes = metrics.distribution("bucket_size")
@@ -91,16 +107,43 @@ class _CollideFn(beam.DoFn):
     if len(sizes):
       yield metrics.count_tag("buckets_multi", len(sizes))
       self._bucket_sizes.update(int(sizes.max()))
-    for a, b in zip(src.tolist(), dst.tolist()):
-      yield a, b
+    if len(src):
+      yield metrics.shuffled("candidate_edges", src.nbytes + dst.nbytes)
+      yield from _edge_batches(src, dst, self._num_shards)
+
+
+def _edge_batches(src, dst, num_shards):
+  for shard, (s, d) in lsh_kernels.split_by_shard(
+      lsh_kernels.node_shard(src, num_shards), src, dst):
+    yield shard, (s, d)
+
+
+def _concat_edges(parts):
+  src, dst = [], []
+  for s, d in parts:
+    src.append(s)
+    dst.append(d)
+  return np.concatenate(src), np.concatenate(dst)
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _DistinctFn(beam.DoFn):
+
+  def process(self, element):
+    shard, parts = element
+    src, dst = lsh_kernels.distinct_edges(*_concat_edges(parts))
+    yield metrics.count_tag("candidate_edges", len(src))
+    yield shard, (src, dst)
 
 
 class VerifyEdges(beam.PTransform):
   """Keeps candidate edges whose estimated Jaccard is >= the threshold.
 
-  Joins each edge with both endpoints' signatures (two keyed joins: only the
-  signatures, never the documents, move). Returns ``{"edges", "counts"}``
-  with the ``verified_edges`` count.
+  Inputs ``{"edges": edge batches, "signatures": signature batches}``. Every
+  signature is shuffled once, to its document's shard; each shard then sends
+  just the signatures that candidate edges need to those edges' shards,
+  where both ends are compared. Returns ``{"edges", "counts"}``
+  (``verified_edges``, ``edges_below_threshold``).
   """
 
   def __init__(self, config: DedupConfig):
@@ -109,29 +152,86 @@ class VerifyEdges(beam.PTransform):
 
   def expand(self, inputs):
     edges, signatures = inputs["edges"], inputs["signatures"]
-    by_dst = edges | "KeyByDst" >> beam.Map(lambda e: (e[1], e[0]))
-    halves = ({"sig": signatures, "edge": by_dst}
-              | "JoinDstSignature" >> beam.CoGroupByKey()
-              | "AttachDstSignature" >> beam.FlatMap(_attach_dst_signature))
-    verified = ({"sig": signatures, "half": halves}
-                | "JoinSrcSignature" >> beam.CoGroupByKey()
+    n = self._config.lsh_shards
+    routed_sigs = signatures | "RouteSignatures" >> beam.ParDo(
+        _RouteSignaturesFn(n)).with_outputs(metrics.COUNTS, main="sigs")
+    wants = edges | "RequestEndpoints" >> beam.ParDo(_RequestFn(n))
+    served = ((routed_sigs.sigs, wants)
+              | "FlattenRequests" >> beam.Flatten()
+              | "JoinSignatures" >> beam.GroupByKey()
+              | "ServeSignatures" >> beam.ParDo(_ServeFn()).with_outputs(
+                  metrics.COUNTS, main="sigs"))
+    tagged_edges = edges | "TagEdges" >> beam.Map(
+        lambda kv: (kv[0], (_EDGES, kv[1])))
+    verified = ((served.sigs, tagged_edges)
+                | "FlattenEdges" >> beam.Flatten()
+                | "GroupEdgeEnds" >> beam.GroupByKey()
                 | "CompareSignatures" >> beam.ParDo(
-                    _CompareFn(self._config)))
-    counts = verified | "CountVerified" >> metrics.CountAs("verified_edges")
-    return {"edges": verified, "counts": counts}
+                    _CompareFn(self._config)).with_outputs(
+                        metrics.COUNTS, main="edges"))
+    counts = ((routed_sigs[metrics.COUNTS], served[metrics.COUNTS],
+               verified[metrics.COUNTS])
+              | "FlattenCounts" >> beam.Flatten())
+    return {"edges": verified.edges, "counts": counts}
 
 
-def _attach_dst_signature(element):
-  dst, grouped = element
-  sig = next(iter(grouped["sig"]), None)
-  if sig is None:
-    return
-  for src in grouped["edge"]:
-    yield src, (dst, sig)
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _RouteSignaturesFn(beam.DoFn):
+
+  def __init__(self, num_shards: int):
+    self._num_shards = num_shards
+
+  def process(self, batch):
+    ids, sigs = batch
+    yield metrics.shuffled("verify_signatures", ids.nbytes + sigs.nbytes)
+    for shard, (shard_ids, shard_sigs) in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(ids, self._num_shards), ids, sigs):
+      yield shard, (_SIG, shard_ids, shard_sigs)
 
 
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _RequestFn(beam.DoFn):
+  """Asks each endpoint's shard for its signature on behalf of the edge
+  shard."""
+
+  def __init__(self, num_shards: int):
+    self._num_shards = num_shards
+
+  def process(self, element):
+    edge_shard, (src, dst) = element
+    nodes = np.unique(np.concatenate([src, dst]))
+    for shard, (wanted,) in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(nodes, self._num_shards), nodes):
+      yield shard, (_WANT, wanted, edge_shard)
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _ServeFn(beam.DoFn):
+
+  def process(self, element):
+    _, values = element
+    ids, sigs, wants = [], [], []
+    for value in values:
+      if value[0] == _SIG:
+        ids.append(value[1])
+        sigs.append(value[2])
+      else:
+        wants.append(value[1:])
+    if not wants:
+      return
+    ids = np.concatenate(ids)
+    order = np.argsort(ids)
+    ids, sigs = ids[order], np.concatenate(sigs)[order]
+    for wanted, edge_shard in wants:
+      rows = lsh_kernels.rows_of(ids, wanted)
+      yield metrics.shuffled("verify_endpoints",
+                             wanted.nbytes + sigs[rows].nbytes)
+      yield edge_shard, (_SIG, wanted, sigs[rows])
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
 class _CompareFn(beam.DoFn):
-  """Emits ``(src, dst)`` when the signatures agree on enough entries."""
+  """Emits the edges whose signatures agree on enough entries."""
 
   def __init__(self, config: DedupConfig):
     self._config = config
@@ -141,17 +241,49 @@ class _CompareFn(beam.DoFn):
     # Integer comparison avoids float rounding at the threshold.
     self._min_equal = math.ceil(self._config.threshold * k - 1e-9)
     self._similarity = metrics.distribution("verified_similarity_permille")
-    self._rejected = metrics.counter("edges_below_threshold")
 
   def process(self, element):
-    src, grouped = element
-    sig = next(iter(grouped["sig"]), None)
-    if sig is None:
-      return
-    for dst, dst_sig in grouped["half"]:
-      equal = int(np.count_nonzero(sig == dst_sig))
-      if equal >= self._min_equal:
-        self._similarity.update(1000 * equal // len(sig))
-        yield src, dst
+    shard, values = element
+    ids, sigs, edges = [], [], []
+    for value in values:
+      if value[0] == _SIG:
+        ids.append(value[1])
+        sigs.append(value[2])
       else:
-        self._rejected.inc()
+        edges.append(value[1])
+    if not edges:
+      return
+    src, dst = _concat_edges(edges)
+    ids = np.concatenate(ids)
+    order = np.argsort(ids)
+    ids, sigs = ids[order], np.concatenate(sigs)[order]
+    equal = np.count_nonzero(sigs[lsh_kernels.rows_of(ids, src)]
+                             == sigs[lsh_kernels.rows_of(ids, dst)], axis=1)
+    passed = equal >= self._min_equal
+    k = sigs.shape[1]
+    for value in (1000 * equal[passed] // k).tolist():
+      self._similarity.update(value)
+    yield metrics.count_tag("verified_edges", int(passed.sum()))
+    yield metrics.count_tag("edges_below_threshold", int((~passed).sum()))
+    if passed.any():
+      yield shard, (src[passed], dst[passed])
+
+
+class EdgeBatchCount(beam.PTransform):
+  """Counts the edges of edge batches into one ``(name, n)`` element."""
+
+  def __init__(self, name: str):
+    super().__init__()
+    self._name = name
+
+  def expand(self, edges):
+    return (edges
+            | "EdgesPerBatch" >> beam.Map(lambda kv: len(kv[1][0]))
+            | "Sum" >> beam.CombineGlobally(sum)
+            | "Name" >> beam.Map(metrics.named_count, self._name))
+
+
+def explode_edges(element):
+  """An edge batch as ``(src, dst)`` int pairs."""
+  _, (src, dst) = element
+  return zip(src.tolist(), dst.tolist())

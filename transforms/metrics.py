@@ -9,6 +9,7 @@ from apache_beam.metrics import Metrics
 
 NAMESPACE = "neardup"
 COUNTS = "counts"
+SHUFFLE_PREFIX = "shuffle_bytes_"
 
 
 def round_stat(index: int) -> str:
@@ -31,6 +32,12 @@ def count_tag(name: str, value: int):
   return beam.pvalue.TaggedOutput(COUNTS, (name, int(value)))
 
 
+def shuffled(name: str, nbytes: int):
+  """A count tag for the payload bytes a step sends into a shuffle
+  (``shuffle_bytes`` in stats.json)."""
+  return count_tag(SHUFFLE_PREFIX + name, nbytes)
+
+
 class CountAs(beam.PTransform):
   """Counts a PCollection into one ``(name, n)`` element (0 when empty)."""
 
@@ -41,9 +48,9 @@ class CountAs(beam.PTransform):
   def expand(self, pcoll):
     return (pcoll
             | "Count" >> beam.combiners.Count.Globally()
-            | "Name" >> beam.Map(_named_count, self._name))
+            | "Name" >> beam.Map(named_count, self._name))
 
 
-def _named_count(n, name):
+def named_count(n, name):
   counter(name).inc(n)
   return name, n

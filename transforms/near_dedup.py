@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms import metrics
 from transforms.components import ConnectedComponents
 from transforms.config import DedupConfig
-from transforms.lsh import BandKey, FindCandidates, VerifyEdges
+from transforms.lsh import (BandKey, EdgeBatchCount, FindCandidates,
+                            VerifyEdges, explode_edges)
 from transforms.select import SelectKept
 from transforms.signatures import ComputeSignatures
 
@@ -30,10 +30,9 @@ class NearDedup(beam.PTransform):
     c = self._config
     signed = docs | "ComputeSignatures" >> ComputeSignatures(c)
     signatures = signed["signatures"]
-    found = (signatures
-             | "BandKey" >> BandKey(c)
-             | "FindCandidates" >> FindCandidates())
-    counts = [signed["counts"], found["counts"]]
+    keyed = signatures | "BandKey" >> BandKey(c)
+    found = keyed["keys"] | "FindCandidates" >> FindCandidates(c.lsh_shards)
+    counts = [signed["counts"], keyed["counts"], found["counts"]]
     edges = found["edges"]
     if c.verify == "signature":
       verified = ({"edges": edges, "signatures": signatures}
@@ -41,8 +40,9 @@ class NearDedup(beam.PTransform):
       edges = verified["edges"]
       counts.append(verified["counts"])
     else:
-      counts.append(edges | "CountVerified" >> metrics.CountAs(
+      counts.append(edges | "CountVerified" >> EdgeBatchCount(
           "verified_edges"))
+    edges = edges | "ExplodeEdges" >> beam.FlatMap(explode_edges)
     components = edges | "ConnectedComponents" >> ConnectedComponents(
         c.max_cc_rounds, c.max_residual_edges)
     lengths = None

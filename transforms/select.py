@@ -68,6 +68,7 @@ class _ChooseFn(beam.DoFn):
     # this is simply the lowest id, which is also the label.
     kept = min(members, key=lambda m: (-m[1], m[0]))[0]
     size = len(members)
+    yield metrics.shuffled("select_kept", 24 * size)
     self._sizes.update(size)
     yield metrics.count_tag("clusters", 1)
     yield metrics.count_tag("clustered_docs", size)

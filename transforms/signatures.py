@@ -87,7 +87,7 @@ class _MinHashFn(_PermutationsFn):
 
 
 class _SignatureFn(_PermutationsFn):
-  """Raw text → signature in one pass (the fused Normalize/Shingle/MinHash).
+  """Raw texts → one signature batch (the fused Normalize/Shingle/MinHash).
 
   Documents with no units are counted as ``docs_empty``, those with fewer
   than ``min_tokens`` units as ``docs_too_short``; neither gets a signature,
@@ -107,8 +107,8 @@ class _SignatureFn(_PermutationsFn):
     if short.any():
       yield metrics.count_tag("docs_too_short", int(short.sum()))
     yield metrics.count_tag("docs_signed", len(signed))
-    for i in signed:
-      yield ids[i], sigs[i]
+    if len(signed):
+      yield np.asarray(ids, dtype=np.int64)[signed], sigs[signed]
 
 
 class _Batched(beam.PTransform):
@@ -168,8 +168,12 @@ class MinHash(_Stage):
 
 
 class ComputeSignatures(beam.PTransform):
-  """``(doc_id, raw text)`` → ``{"signatures": (doc_id, uint32[K]),
-  "counts": (stat, n)}``: Normalize, Shingle and MinHash fused per batch."""
+  """``(doc_id, raw text)`` → ``{"signatures", "counts"}``: Normalize, Shingle
+  and MinHash fused per batch of up to 4096 documents.
+
+  ``signatures`` holds signature batches ``(ids int64[n], uint32[n, K])``
+  (see :mod:`transforms.lsh`); ``counts`` the ``docs_signed``,
+  ``docs_empty`` and ``docs_too_short`` stats."""
 
   def __init__(self, config: DedupConfig):
     super().__init__()

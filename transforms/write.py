@@ -6,27 +6,21 @@ parallelism: every file is written by one keyed group, in sorted doc-id order.
 
 from __future__ import annotations
 
-import io
 import json
-from typing import Dict
+from typing import Any, Dict, List
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
-from transforms.documents import ROW_BITS, split_doc_id
+from transforms.documents import (ROW_BITS, iter_lines, make_doc_id,
+                                  open_parquet, split_doc_id)
 
 # One output part per (input file, 2**20 rows): bounds a writer's memory.
 PART_ROW_BITS = 20
 _EXTENSIONS = {"jsonl": "jsonl", "text": "txt", "parquet": "parquet"}
 DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR = "deduped", "clusters", "rejected"
 STATS_FILE = "stats.json"
-
-
-def part_of(doc_id: int):
-  file_index, row = split_doc_id(doc_id)
-  return file_index, row >> PART_ROW_BITS
 
 
 def part_name(file_index: int, chunk: int, extension: str) -> str:
@@ -37,77 +31,239 @@ def join_path(directory: str, *names: str) -> str:
   return FileSystems.join(directory, *names)
 
 
+class InputChangedError(RuntimeError):
+  """An input file differs between the read and the write stage."""
+
+
 class WriteResults(beam.PTransform):
   """Writes ``deduped/``, ``clusters/`` and ``rejected/`` under ``output``.
 
-  Inputs (a dict): ``documents`` (:class:`Document`), ``clusters`` (``(doc_id,
-  ClusterInfo)`` for clustered documents), ``rejected`` (:class:`Rejected`)
-  and ``files`` (:class:`InputFile`). Every document not removed as a
-  duplicate is written back in its input format with all original fields.
-  Returns the ``kept``, ``removed``, ``rejected`` and ``rejected_<reason>``
-  counts.
+  Inputs (a dict): ``files`` (:class:`InputFile`), ``clusters`` (``(doc_id,
+  ClusterInfo)`` for clustered documents) and ``rejected``
+  (:class:`Rejected`). Every input file is read again, start to end, and
+  every row that is neither rejected nor removed as a duplicate is written
+  back in the input's format with all original fields (JSONL and text lines
+  byte for byte), so the documents themselves never go through a shuffle:
+  only the clustered and rejected rows are grouped by file. A file whose
+  size changed since it was matched fails the job
+  (:class:`InputChangedError`). Returns the ``kept``, ``removed``,
+  ``rejected`` and ``rejected_<reason>`` counts.
   """
 
-  def __init__(self, output: str):
+  def __init__(self, output: str, id_field: str = "id"):
     super().__init__()
     self._output = output
+    self._id_field = id_field
 
   def expand(self, inputs):
     keyed = {
-        # The record already holds the text; shipping both doubles the
-        # largest shuffle of the job.
-        "doc": inputs["documents"] | "KeyDocs" >> beam.Map(
-            lambda d: (part_of(d.doc_id), d._replace(text=None))),
+        "file": inputs["files"] | "KeyFiles" >> beam.Map(
+            lambda f: (f.index, f)),
         "cluster": inputs["clusters"] | "KeyClusters" >> beam.Map(
-            lambda kv: (part_of(kv[0]), kv)),
+            lambda kv: (split_doc_id(kv[0])[0], kv)),
         "rejected": inputs["rejected"] | "KeyRejected" >> beam.Map(
-            lambda r: (part_of(r.doc_id), r)),
+            lambda r: (split_doc_id(r.doc_id)[0], r)),
     }
-    files = beam.pvalue.AsDict(
-        inputs["files"] | "KeyFiles" >> beam.Map(lambda f: (f.index, f)))
     written = (keyed
-               | "GroupByPart" >> beam.CoGroupByKey()
-               | "WritePart" >> beam.ParDo(_WritePartFn(self._output),
-                                           files).with_outputs(metrics.COUNTS))
+               | "GroupByFile" >> beam.CoGroupByKey()
+               | "WriteFile" >> beam.ParDo(
+                   _WriteFileFn(self._output, self._id_field)).with_outputs(
+                       metrics.COUNTS))
     return written[metrics.COUNTS]
 
 
-class _WritePartFn(beam.DoFn):
+class _Part:
+  """The clustered and rejected rows of one (file, 2**20 rows) part."""
 
-  def __init__(self, output: str):
+  def __init__(self):
+    self.clusters: Dict[int, Any] = {}
+    self.rejected: List[Any] = []
+
+  def last_row(self) -> int:
+    return max([-1] + list(self.clusters)
+               + [split_doc_id(r.doc_id)[1] for r in self.rejected])
+
+  def skipped(self):
+    """Rows not written back: removed duplicates and rejections."""
+    rows = {row for row, info in self.clusters.items() if not info.kept}
+    rows.update(split_doc_id(r.doc_id)[1] for r in self.rejected)
+    return rows
+
+
+class _WriteFileFn(beam.DoFn):
+
+  def __init__(self, output: str, id_field: str):
     self._output = output
+    self._id_field = id_field
 
-  def process(self, element, files):
-    (file_index, chunk), grouped = element
-    source = files[file_index]
-    clusters: Dict[int, tuple] = dict(grouped["cluster"])
-    docs = sorted(grouped["doc"], key=lambda d: d.doc_id)
-    kept = [d for d in docs if d.doc_id not in clusters or
-            clusters[d.doc_id].kept]
-    removed = len(docs) - len(kept)
-    if kept:
-      name = part_name(file_index, chunk, _EXTENSIONS[source.format])
-      path = join_path(self._output, DEDUPED_DIR, name)
-      if source.format == "parquet":
-        _write_parquet(path, source.path, [d.record for d in kept])
-      else:
-        _write_lines(path, [d.record for d in kept])
-    if clusters:
-      user_ids = {d.doc_id: d.user_id for d in docs}
-      rows = [_cluster_row(doc_id, info, user_ids.get(doc_id), source)
-              for doc_id, info in sorted(clusters.items())]
+  def process(self, element):
+    _, grouped = element
+    source = next(iter(grouped["file"]))
+    _check_unchanged(source)
+    parts: Dict[int, _Part] = {}
+    for doc_id, info in grouped["cluster"]:
+      row = split_doc_id(doc_id)[1]
+      parts.setdefault(row >> PART_ROW_BITS, _Part()).clusters[row] = info
+    received = 0
+    for rejected in grouped["rejected"]:
+      row = split_doc_id(rejected.doc_id)[1]
+      parts.setdefault(row >> PART_ROW_BITS, _Part()).rejected.append(rejected)
+      received += 16 + len(rejected.source) + len(rejected.reason) + len(
+          rejected.excerpt)
+    received += 32 * sum(len(p.clusters) for p in parts.values())
+    yield metrics.shuffled("write", received)
+    if source.format == "parquet":
+      chunks = self._parquet_chunks(source, parts)
+    else:
+      chunks = self._line_chunks(source, parts)
+    totals = {"kept": 0, "removed": 0, "rejected": 0}
+    for chunk, n_rows, kept, user_ids in chunks:
+      part = parts.pop(chunk, None) or _Part()
+      if part.last_row() >= (chunk << PART_ROW_BITS) + n_rows:
+        parts[chunk] = part
+        break
+      self._write_tables(source.index, chunk, part, user_ids, source)
+      totals["kept"] += kept
+      totals["removed"] += sum(not i.kept for i in part.clusters.values())
+      totals["rejected"] += len(part.rejected)
+      for r in part.rejected:
+        yield metrics.count_tag("rejected_" + r.reason.split(":")[0], 1)
+    if parts:
+      raise InputChangedError(
+          f"{source.path} has fewer rows than when it was read: it changed"
+          " while the job ran; rerun on an unchanging snapshot.")
+    for name, value in totals.items():
+      yield metrics.count_tag(name, value)
+
+  def _deduped_path(self, source, chunk):
+    return join_path(self._output, DEDUPED_DIR, part_name(
+        source.index, chunk, _EXTENSIONS[source.format]))
+
+  def _line_chunks(self, source, parts):
+    """Streams the kept lines of each part to its file; yields ``(chunk,
+    rows read, rows kept, user ids of clustered rows)`` per part."""
+    chunk, sink, user_ids, skipped, clusters = None, None, {}, set(), {}
+    row = -1
+    for row, line in iter_lines(source.path):
+      if row >> PART_ROW_BITS != chunk:
+        if chunk is not None:
+          yield chunk, row - (chunk << PART_ROW_BITS), sink.close(), user_ids
+        chunk = row >> PART_ROW_BITS
+        part = parts.get(chunk) or _Part()
+        sink = _LineSink(self._deduped_path(source, chunk))
+        user_ids, skipped, clusters = {}, part.skipped(), part.clusters
+      if row in clusters:
+        user_ids[row] = (_json_field(line, self._id_field)
+                         if source.format == "jsonl" else None)
+      if row not in skipped:
+        sink.add(line)
+    if chunk is not None:
+      yield chunk, row + 1 - (chunk << PART_ROW_BITS), sink.close(), user_ids
+
+  def _parquet_chunks(self, source, parts):
+    """Like :meth:`_line_chunks`, streaming Arrow record batches."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    chunk, sink, user_ids = None, None, {}
+    with open_parquet(source.path) as parquet:
+      has_id = self._id_field in parquet.schema_arrow.names
+      row = 0
+      for batch in parquet.iter_batches():
+        while batch.num_rows:
+          if row >> PART_ROW_BITS != chunk:
+            if chunk is not None:
+              yield (chunk, row - (chunk << PART_ROW_BITS), sink.close(),
+                     user_ids)
+            chunk = row >> PART_ROW_BITS
+            part = parts.get(chunk) or _Part()
+            sink = _ParquetSink(self._deduped_path(source, chunk))
+            user_ids, skipped = {}, part.skipped()
+          take = min(batch.num_rows, ((chunk + 1) << PART_ROW_BITS) - row)
+          piece, batch = batch.slice(0, take), batch.slice(take)
+          in_piece = [r for r in part.clusters if row <= r < row + take]
+          if in_piece:
+            ids = (piece.column(self._id_field).to_pylist() if has_id
+                   else [None] * take)
+            user_ids.update((r, ids[r - row]) for r in in_piece)
+          drop = [r - row for r in skipped if row <= r < row + take]
+          if drop:
+            mask = np.ones(take, dtype=bool)
+            mask[drop] = False
+            piece = piece.filter(mask)
+          sink.add(piece)
+          row += take
+      if chunk is not None:
+        yield chunk, row - (chunk << PART_ROW_BITS), sink.close(), user_ids
+
+  def _write_tables(self, index, chunk, part, user_ids, source):
+    """The part's ``clusters/`` and ``rejected/`` files, if it has rows."""
+    if part.clusters:
+      rows = [_cluster_row(make_doc_id(index, row), info, user_ids.get(row),
+                           source)
+              for row, info in sorted(part.clusters.items())]
       _write_lines(join_path(self._output, CLUSTERS_DIR,
-                             part_name(file_index, chunk, "jsonl")), rows)
-    rejected = sorted(grouped["rejected"], key=lambda r: r.doc_id)
-    if rejected:
+                             part_name(index, chunk, "jsonl")), rows)
+    if part.rejected:
       _write_lines(join_path(self._output, REJECTED_DIR,
-                             part_name(file_index, chunk, "jsonl")),
-                   [_json_line(r._asdict()) for r in rejected])
-    yield metrics.count_tag("kept", len(kept))
-    yield metrics.count_tag("removed", removed)
-    yield metrics.count_tag("rejected", len(rejected))
-    for r in rejected:
-      yield metrics.count_tag("rejected_" + r.reason.split(":")[0], 1)
+                             part_name(index, chunk, "jsonl")),
+                   [_json_line(r._asdict()) for r in
+                    sorted(part.rejected, key=lambda r: r.doc_id)])
+
+
+class _LineSink:
+  """Writes a part's kept lines as they come; the file is created only when
+  the first one arrives. ``close()`` returns the number written."""
+
+  def __init__(self, path: str):
+    self._path = path
+    self._handle = None
+    self._count = 0
+
+  def add(self, line: bytes) -> None:
+    if self._handle is None:
+      self._handle = FileSystems.create(self._path)
+    self._handle.write(line + b"\n")
+    self._count += 1
+
+  def close(self) -> int:
+    if self._handle is not None:
+      self._handle.close()
+    return self._count
+
+
+class _ParquetSink(_LineSink):
+  """Like :class:`_LineSink` for Arrow record batches of the input schema."""
+
+  def __init__(self, path: str):
+    super().__init__(path)
+    self._writer = None
+
+  def add(self, batch) -> None:
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    if not batch.num_rows:
+      return
+    if self._writer is None:
+      self._handle = FileSystems.create(self._path)
+      self._writer = pq.ParquetWriter(self._handle, batch.schema)
+    self._writer.write_batch(batch)
+    self._count += batch.num_rows
+
+  def close(self) -> int:
+    if self._writer is not None:
+      self._writer.close()
+    return super().close()
+
+
+def _check_unchanged(source) -> None:
+  matched = FileSystems.match([source.path])[0].metadata_list
+  size = matched[0].size_in_bytes if matched else None
+  if size != source.size:
+    raise InputChangedError(
+        f"{source.path} changed while the job ran (size {source.size} bytes "
+        f"when matched, now {size}): rerun on an unchanging snapshot.")
+
+
+def _json_field(line: bytes, field: str):
+  return json.loads(line.decode("utf-8")).get(field)
 
 
 def _cluster_row(doc_id, info, user_id, source):
@@ -129,19 +285,6 @@ def _json_line(obj) -> bytes:
 def _write_lines(path: str, lines) -> None:
   with FileSystems.create(path) as handle:
     handle.write(b"".join(line + b"\n" for line in lines))
-
-
-def _write_parquet(path: str, source_path: str, rows) -> None:
-  import pyarrow as pa  # pylint: disable=import-outside-toplevel
-  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-  with FileSystems.open(
-      source_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-    schema = pq.read_schema(handle)
-  table = pa.Table.from_pylist(rows, schema=schema)
-  buffer = io.BytesIO()
-  pq.write_table(table, buffer)
-  with FileSystems.create(path) as handle:
-    handle.write(buffer.getvalue())
 
 
 class WriteStats(beam.PTransform):
@@ -169,17 +312,20 @@ def finalize_stats(counts: dict, params: dict) -> dict:
       "candidate_edges", "verified_edges", "docs_empty", "docs_too_short",
       "docs_signed", "buckets_multi", "cc_residual_edges",
       "cc_residual_nodes")}
-  rejected_by_reason = {}
+  rejected_by_reason, shuffle_bytes = {}, {}
   for name, value in counts.items():
     if name.startswith("cc_changed_round_"):
       continue
-    if name.startswith("rejected_"):
+    if name.startswith(metrics.SHUFFLE_PREFIX):
+      shuffle_bytes[name[len(metrics.SHUFFLE_PREFIX):]] = value
+    elif name.startswith("rejected_"):
       rejected_by_reason[name[len("rejected_"):]] = value
     else:
       stats[name] = value
   rounds = params.get("max_cc_rounds", 0)
   changes = [counts.get(metrics.round_stat(i), 0) for i in range(1, rounds + 1)]
   stats["rejected_by_reason"] = rejected_by_reason
+  stats["shuffle_bytes"] = shuffle_bytes
   stats["cc_changes_per_round"] = changes
   # Rounds that changed something, plus the one that confirmed convergence.
   busy = [i for i, c in enumerate(changes, 1) if c]

@@ -97,8 +97,50 @@ def star_edges(keys: np.ndarray, ids: np.ndarray
   run_of = np.repeat(np.arange(len(starts)), sizes)
   center = ids[starts][run_of]
   member = ids != center
-  src, dst = center[member], ids[member]
-  if len(src):
-    pairs = np.unique(np.stack([src, dst], axis=1), axis=0)
-    src, dst = pairs[:, 0], pairs[:, 1]
+  src, dst = distinct_edges(center[member], ids[member])
   return src, dst, sizes[sizes >= 2]
+
+
+def node_shard(ids: np.ndarray, num_shards: int) -> np.ndarray:
+  """Shard of each document id; ids are mixed first, so runs of
+  consecutive ids spread over all shards."""
+  mixed = fmix64(np.asarray(ids, dtype=np.int64).view(np.uint64))
+  return shard_of(mixed, num_shards)
+
+
+def split_by_shard(shards: np.ndarray, *arrays: np.ndarray):
+  """Yields ``(shard, [array[rows of that shard] ...])`` for every shard
+  present, in shard order; rows keep their relative order."""
+  order = np.argsort(shards, kind="stable")
+  shards = shards[order]
+  arrays = [a[order] for a in arrays]
+  bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True])
+  for lo, hi in zip(bounds[:-1], bounds[1:]):
+    yield int(shards[lo]), [a[lo:hi] for a in arrays]
+
+
+def distinct_edges(src: np.ndarray, dst: np.ndarray
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+  """The distinct (src, dst) pairs, sorted by src then dst."""
+  src = np.asarray(src, dtype=np.int64)
+  dst = np.asarray(dst, dtype=np.int64)
+  order = np.lexsort((dst, src))
+  src, dst = src[order], dst[order]
+  fresh = np.ones(len(src), dtype=bool)
+  fresh[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+  return src[fresh], dst[fresh]
+
+
+def rows_of(sorted_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+  """Positions of ``wanted`` ids in the sorted, unique ``sorted_ids``;
+  raises ``KeyError`` naming an id that is absent."""
+  wanted = np.asarray(wanted, dtype=np.int64)
+  if not len(sorted_ids):
+    if len(wanted):
+      raise KeyError(f"document id {int(wanted[0])} has no signature")
+    return np.zeros(0, dtype=np.int64)
+  rows = np.minimum(np.searchsorted(sorted_ids, wanted), len(sorted_ids) - 1)
+  missing = sorted_ids[rows] != wanted
+  if np.any(missing):
+    raise KeyError(f"document id {int(wanted[missing][0])} has no signature")
+  return rows
