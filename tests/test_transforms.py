@@ -12,7 +12,8 @@ from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
 from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
                         FindCandidates, MinHash, NearDedup, Normalize,
-                        ReadDocuments, SelectKept, Shingle, VerifyEdges)
+                        ReadDocuments, SelectKept, Shingle, VerifyEdges,
+                        VerifyExact)
 from transforms.documents import ROW_BITS
 from transforms.kernels import minhash as mh
 from transforms.kernels import text as tk
@@ -144,8 +145,26 @@ def test_verify_edges_keeps_only_pairs_at_or_above_threshold():
     out = {"edges": edges, "signatures": signatures} | VerifyEdges(config)
     # 48/64, 32/64 pass; 31/64 and (2,4): 31/64 fail.
     assert_that(out["edges"], equal_to([(1, 2), (1, 3)]), label="Edges")
-    assert_that(out["counts"], equal_to([("verified_edges", 2)]),
-                label="Counts")
+    assert_that(by_stat(out["counts"]), equal_to(
+        [("verified_edges", 2), ("verify_removed_edges", 2)]), label="Counts")
+
+
+def test_verify_exact_keeps_pairs_by_true_jaccard():
+  # Word 1-grams: doc 1 = w0..w9; doc 2 shares 8 of 10 words with it (8/12),
+  # doc 3 all 10 plus 2 more (10/12), doc 4 none; doc 5 is in no edge.
+  words = [f"w{i}" for i in range(10)]
+  docs = [(1, " ".join(words)), (2, " ".join(words[:8] + ["x", "y"])),
+          (3, " ".join(words + ["u", "v"])), (4, "a b c"), (5, "w0 w1")]
+  config = DedupConfig(ngram=1, num_perm=64, bands=16, rows=4, threshold=0.8)
+  with pipeline() as p:
+    out = ({"edges": p | "Edges" >> beam.Create([(1, 2), (1, 3), (1, 4),
+                                                  (2, 3)]),
+            "docs": p | "Docs" >> beam.Create(docs)}
+           | VerifyExact(config))
+    # (1,3): 10/12 >= 0.8 kept; (1,2): 8/12, (1,4): 0, (2,3): 8/14 dropped.
+    assert_that(out["edges"], equal_to([(1, 3)]), label="Edges")
+    assert_that(by_stat(out["counts"]), equal_to(
+        [("verified_edges", 1), ("verify_removed_edges", 3)]), label="Counts")
 
 
 @pytest.mark.parametrize("keep,kept", [("first", 3), ("longest", 8)])

@@ -1,8 +1,7 @@
-"""BandKey → GroupByKey collision → candidate edges → verification."""
+"""BandKey → GroupByKey collision → candidate edges (verified in
+transforms/verify.py)."""
 
 from __future__ import annotations
-
-import math
 
 from typing import Tuple
 
@@ -94,64 +93,3 @@ class _CollideFn(beam.DoFn):
     for a, b in zip(src.tolist(), dst.tolist()):
       yield a, b
 
-
-class VerifyEdges(beam.PTransform):
-  """Keeps candidate edges whose estimated Jaccard is >= the threshold.
-
-  Joins each edge with both endpoints' signatures (two keyed joins: only the
-  signatures, never the documents, move). Returns ``{"edges", "counts"}``
-  with the ``verified_edges`` count.
-  """
-
-  def __init__(self, config: DedupConfig):
-    super().__init__()
-    self._config = config
-
-  def expand(self, inputs):
-    edges, signatures = inputs["edges"], inputs["signatures"]
-    by_dst = edges | "KeyByDst" >> beam.Map(lambda e: (e[1], e[0]))
-    halves = ({"sig": signatures, "edge": by_dst}
-              | "JoinDstSignature" >> beam.CoGroupByKey()
-              | "AttachDstSignature" >> beam.FlatMap(_attach_dst_signature))
-    verified = ({"sig": signatures, "half": halves}
-                | "JoinSrcSignature" >> beam.CoGroupByKey()
-                | "CompareSignatures" >> beam.ParDo(
-                    _CompareFn(self._config)))
-    counts = verified | "CountVerified" >> metrics.CountAs("verified_edges")
-    return {"edges": verified, "counts": counts}
-
-
-def _attach_dst_signature(element):
-  dst, grouped = element
-  sig = next(iter(grouped["sig"]), None)
-  if sig is None:
-    return
-  for src in grouped["edge"]:
-    yield src, (dst, sig)
-
-
-class _CompareFn(beam.DoFn):
-  """Emits ``(src, dst)`` when the signatures agree on enough entries."""
-
-  def __init__(self, config: DedupConfig):
-    self._config = config
-
-  def setup(self):
-    k = self._config.num_perm
-    # Integer comparison avoids float rounding at the threshold.
-    self._min_equal = math.ceil(self._config.threshold * k - 1e-9)
-    self._similarity = metrics.distribution("verified_similarity_permille")
-    self._rejected = metrics.counter("edges_below_threshold")
-
-  def process(self, element):
-    src, grouped = element
-    sig = next(iter(grouped["sig"]), None)
-    if sig is None:
-      return
-    for dst, dst_sig in grouped["half"]:
-      equal = int(np.count_nonzero(sig == dst_sig))
-      if equal >= self._min_equal:
-        self._similarity.update(1000 * equal // len(sig))
-        yield src, dst
-      else:
-        self._rejected.inc()

@@ -7,9 +7,10 @@ import apache_beam as beam
 from transforms import metrics
 from transforms.components import ConnectedComponents
 from transforms.config import DedupConfig
-from transforms.lsh import BandKey, FindCandidates, VerifyEdges
+from transforms.lsh import BandKey, FindCandidates
 from transforms.select import SelectKept
 from transforms.signatures import ComputeSignatures
+from transforms.verify import VerifyEdges, VerifyExact
 
 
 class NearDedup(beam.PTransform):
@@ -35,14 +36,15 @@ class NearDedup(beam.PTransform):
              | "FindCandidates" >> FindCandidates())
     counts = [signed["counts"], found["counts"]]
     edges = found["edges"]
-    if c.verify == "signature":
-      verified = ({"edges": edges, "signatures": signatures}
-                  | "VerifyEdges" >> VerifyEdges(c))
-      edges = verified["edges"]
-      counts.append(verified["counts"])
-    else:
+    if c.verify == "none":
       counts.append(edges | "CountVerified" >> metrics.CountAs(
           "verified_edges"))
+    else:
+      verifier = VerifyExact(c) if c.verify == "exact" else VerifyEdges(c)
+      verified = ({"edges": edges, "signatures": signatures, "docs": docs}
+                  | type(verifier).__name__ >> verifier)
+      edges = verified["edges"]
+      counts.append(verified["counts"])
     components = edges | "ConnectedComponents" >> ConnectedComponents(
         c.max_cc_rounds, c.max_residual_edges)
     lengths = None

@@ -167,7 +167,8 @@ def finalize_stats(counts: dict, params: dict) -> dict:
   stats = {name: 0 for name in (
       "docs_in", "kept", "removed", "rejected", "clusters", "clustered_docs",
       "candidate_edges", "verified_edges", "docs_empty", "docs_too_short",
-      "docs_signed", "buckets_multi", "cc_residual_edges",
+      "docs_signed", "buckets_multi", "verify_removed_edges",
+      "cc_residual_edges",
       "cc_residual_nodes")}
   rejected_by_reason = {}
   for name, value in counts.items():
