@@ -87,11 +87,11 @@ def _detect_one(s, bands, rows, num_perm, min_equal):
 
 def _binomial(n, p):
   k = np.arange(n + 1)
+  if p <= 0.0 or p >= 1.0:
+    return (k == (n if p >= 1.0 else 0)).astype(np.float64)
   logc = np.array([math.lgamma(n + 1) - math.lgamma(i + 1)
                    - math.lgamma(n - i + 1) for i in k])
-  with np.errstate(divide="ignore", invalid="ignore"):
-    logp = logc + k * np.log(p) + (n - k) * np.log1p(-p)
-  return np.nan_to_num(np.exp(logp)) if 0 < p < 1 else (k == n * p) * 1.0
+  return np.exp(logc + k * np.log(p) + (n - k) * np.log1p(-p))
 
 
 def band_keys(signatures: np.ndarray, bands: int, rows: int,
