@@ -11,6 +11,7 @@ from transforms.documents import ReadDocuments
 from transforms.kernels.minhash import MINHASH_SCHEME
 from transforms.kernels.text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
+from transforms.verify import ServeTextsFromFiles
 from transforms.write import WriteResults, WriteStats
 
 
@@ -31,7 +32,10 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
       patterns, input_format, text_field, id_field)
   texts = read["documents"] | "DocText" >> beam.Map(
       lambda d: (d.doc_id, d.text))
-  dedup = texts | "NearDedup" >> NearDedup(config)
+  # Exact verification reads the candidates back from the input files
+  # rather than shuffling every document's text.
+  dedup = texts | "NearDedup" >> NearDedup(
+      config, ServeTextsFromFiles(read["files"], text_field))
   written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
               "files": read["files"]}
              | "WriteResults" >> WriteResults(output, id_field))

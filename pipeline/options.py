@@ -71,14 +71,19 @@ class DedupOptions(PipelineOptions):
                        " bands/rows when not given and verifies candidates.")
     dedup.add_argument("--fp_weight", type=float,
                        default=_default("fp_weight"),
-                       help="Weight of false positives when choosing b, r.")
+                       help="Weight of false positives (candidate area below"
+                       " --threshold) when choosing b, r.")
     dedup.add_argument("--fn_weight", type=float,
                        default=_default("fn_weight"),
-                       help="Weight of false negatives when choosing b, r.")
+                       help="Weight of false negatives (missed area above"
+                       " --threshold) when choosing b, r; the default 0.95"
+                       " over-generates candidates for verification.")
     dedup.add_argument("--verify", default=_default("verify"),
                        choices=VERIFY_MODES,
-                       help="signature: drop candidate edges whose estimated"
-                       " Jaccard is below --threshold; none: keep all.")
+                       help="exact: keep a candidate edge only if the true"
+                       " Jaccard of its shingle sets is >= --threshold;"
+                       " signature: if its estimated Jaccard is; none: keep"
+                       " all.")
     dedup.add_argument("--seed", type=int, default=_default("seed"),
                        help="Seed of every hash function (same on all"
                        " workers).")

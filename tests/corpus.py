@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 from typing import List, Set, Tuple
@@ -29,6 +30,63 @@ def seed_corpus(n_base: int = 8000, vocab: int = 3000, length: int = 50,
       truth.add((len(docs) - 2, len(docs) - 1))
   texts = [" ".join(f"w{t}" for t in d) for d in docs]
   return texts, truth
+
+
+def _make_sample():
+  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))), "bench", "make_sample.py")
+  spec = importlib.util.spec_from_file_location("make_sample", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def real_text_corpus(max_files: int = 0) -> Tuple[List[str], List[str]]:
+  """Real prose every Debian-like machine with Python packages has offline.
+
+  The license and copyright texts of /usr/share/common-licenses, the
+  site-packages licence files (bench/make_sample.py's sources) and
+  /usr/share/doc/*/copyright, cut into 40-400-word documents with
+  make_sample's chunker (files that short stay whole), plus make_sample's
+  planted variants of 12% of them. Texts equal after normalisation are kept
+  once (thousands of verbatim GPL paragraphs would otherwise swamp the
+  figures); the boilerplate shared by many packages still makes natural
+  near-duplicates at every similarity. ``max_files`` > 0 keeps the first
+  that many copyright files. Returns ``(ids, texts)``, deterministic for a
+  given set of files.
+  """
+  from transforms.kernels.text import normalize_texts
+  ms = _make_sample()
+  copyrights = sorted(p for p in glob.glob("/usr/share/doc/*/copyright")
+                      if os.path.isfile(p) and not os.path.islink(p))
+  if max_files:
+    copyrights = copyrights[:max_files]
+  sources = ms.source_files() + [(p[len("/usr/share/doc/"):], p)
+                                 for p in copyrights]
+  docs = []
+  for source, path in sources:
+    text = ms.read_text(path)
+    if text is None:
+      continue
+    if ms.MIN_WORDS <= len(text.split()) <= ms.MAX_WORDS:
+      docs.append(ms.Doc(source, text.strip(), source))
+    else:
+      docs.extend(ms.Doc(f"{source}#{i:03d}", c, source)
+                  for i, c in enumerate(ms.chunk(text)))
+  variants = []
+  for doc in docs:
+    rng = ms.doc_rng(doc.id)
+    if rng.random() < ms.VARIANT_RATE:
+      variants.extend(ms.plant_variants(doc, rng))
+  docs += variants
+  seen, ids, texts = set(), [], []
+  for doc, norm in zip(docs, normalize_texts([d.text for d in docs])
+                       .to_pylist()):
+    if norm not in seen:
+      seen.add(norm)
+      ids.append(doc.id)
+      texts.append(doc.text)
+  return ids, texts
 
 
 def write_jsonl(path, texts, ids=None) -> None:

@@ -43,7 +43,7 @@ def seed_input(tmp_path_factory):
   return path, texts, truth
 
 
-@pytest.mark.parametrize("verify", ["signature", "none"])
+@pytest.mark.parametrize("verify", ["exact", "signature", "none"])
 def test_seed_experiment_precision_and_recall(tmp_path, seed_input, verify):
   path, texts, truth = seed_input
   out = run(tmp_path, [path], *SEED_ARGS, "--verify", verify)

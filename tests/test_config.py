@@ -11,15 +11,27 @@ from transforms.kernels.lsh import choose_bands_rows
 def test_defaults_valid():
   c = DedupConfig()
   assert c.shingle_unit == "word" and c.ngram == 5 and c.num_perm == 128
-  assert c.threshold == 0.8 and c.verify == "signature" and c.keep == "first"
+  assert c.threshold == 0.8 and c.verify == "exact" and c.keep == "first"
   assert c.bands * c.rows <= c.num_perm
+
+
+def test_default_choice_over_generates_candidates():
+  # fn_weight 0.95: the S-curve threshold sits below --threshold so that
+  # verification, not banding, decides pairs near it.
+  c = DedupConfig()
+  assert (c.fp_weight, c.fn_weight) == (0.05, 0.95)
+  assert (c.bands, c.rows) == (16, 8)
+  assert c.lsh_threshold < c.threshold - 0.05
+  balanced = DedupConfig(fp_weight=0.5, fn_weight=0.5)
+  assert (balanced.bands, balanced.rows) == (9, 13)
+  assert balanced.lsh_threshold > c.lsh_threshold
 
 
 def test_bands_rows_chosen_from_threshold():
   c = DedupConfig(threshold=0.7, num_perm=64)
-  assert (c.bands, c.rows) == choose_bands_rows(0.7, 64, 0.5, 0.5)
+  assert (c.bands, c.rows) == choose_bands_rows(0.7, 64, 0.05, 0.95)
   assert c.bands * c.rows <= 64
-  assert abs(c.lsh_threshold - 0.7) < 0.1
+  assert 0.5 < c.lsh_threshold < 0.7
   assert c.lsh_threshold == pytest.approx((1 / c.bands) ** (1 / c.rows))
   weighted = DedupConfig(threshold=0.7, num_perm=64, fp_weight=0.2,
                          fn_weight=0.8)
@@ -62,7 +74,7 @@ def test_config_error_is_value_error():
     ({"threshold": 0.0}, "--threshold"),
     ({"threshold": 1.5}, "--threshold"),
     ({"threshold": -0.2}, "--threshold"),
-    ({"verify": "exact"}, "--verify"),
+    ({"verify": "minhash"}, "--verify"),
     ({"keep": "last"}, "--keep"),
     ({"seed": -1}, "--seed"),
     ({"min_tokens": 0}, "--min_tokens"),

@@ -12,8 +12,10 @@ from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
 from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
                         FindCandidates, MinHash, NearDedup, Normalize,
-                        ReadDocuments, SelectKept, Shingle, VerifyEdges)
-from transforms.documents import ROW_BITS
+                        ReadDocuments, SelectKept, Shingle, VerifyEdges,
+                        VerifyExact)
+from transforms.documents import ROW_BITS, InputFile
+from transforms.verify import ServeTextsFromFiles
 from transforms.kernels import minhash as mh
 from transforms.kernels import text as tk
 
@@ -177,8 +179,40 @@ def test_verify_edges_keeps_only_pairs_at_or_above_threshold():
     assert_that(edge_pairs(out["edges"]), equal_to([(1, 2), (1, 3)]),
                 label="Edges")
     assert_that(without_shuffle_bytes(out["counts"]), equal_to(
-        [("verified_edges", 2), ("edges_below_threshold", 2)]),
+        [("verified_edges", 2), ("verify_removed_edges", 2)]),
                 label="Counts")
+
+
+def test_verify_exact_keeps_pairs_by_true_jaccard(tmp_path):
+  # Word 1-grams: doc 1 = w0..w9; doc 2 shares 8 of 10 words with it (8/12),
+  # doc 3 all 10 plus 2 more (10/12), doc 4 none; doc 5 is in no edge.
+  words = [f"w{i}" for i in range(10)]
+  docs = [(1, " ".join(words)), (2, " ".join(words[:8] + ["x", "y"])),
+          (3, " ".join(words + ["u", "v"])), (4, "a b c"), (5, "w0 w1")]
+  config = DedupConfig(ngram=1, num_perm=64, bands=16, rows=4, threshold=0.8,
+                       lsh_shards=3)
+  # (1,3): 10/12 >= 0.8 kept; (1,2): 8/12, (1,4): 0, (2,3): 8/14 dropped.
+  edges = [(0, (np.array([1, 1]), np.array([2, 3]))),
+           (2, (np.array([1, 2]), np.array([4, 3])))]
+  with pipeline() as p:
+    out = ({"edges": p | "Edges" >> beam.Create(edges),
+            "docs": p | "Docs" >> beam.Create(docs)}
+           | VerifyExact(config))
+    assert_that(edge_pairs(out["edges"]), equal_to([(1, 3)]), label="Edges")
+    assert_that(without_shuffle_bytes(out["counts"]), equal_to(
+        [("verified_edges", 1), ("verify_removed_edges", 3)]),
+                label="Counts")
+  # The same from files: doc ids are file << 40 | row, texts read back.
+  path = tmp_path / "docs.jsonl"
+  path.write_text("".join(json.dumps({"text": t}) + "\n" for _, t in docs))
+  files = [InputFile(0, str(path), "jsonl", path.stat().st_size)]
+  with pipeline() as p:
+    out = ({"edges": p | "Edges" >> beam.Create([
+        (s, (src - 1, dst - 1)) for s, (src, dst) in edges]),
+            "docs": p | "NoDocs" >> beam.Create([])}
+           | VerifyExact(config, ServeTextsFromFiles(
+               p | "Files" >> beam.Create(files))))
+    assert_that(edge_pairs(out["edges"]), equal_to([(0, 2)]), label="Edges")
 
 
 @pytest.mark.parametrize("keep,kept", [("first", 3), ("longest", 8)])

@@ -11,7 +11,7 @@ from typing import Optional
 from transforms.kernels.lsh import choose_bands_rows
 
 SHINGLE_UNITS = ("word", "char")
-VERIFY_MODES = ("signature", "none")
+VERIFY_MODES = ("exact", "signature", "none")
 KEEP_POLICIES = ("first", "longest")
 
 
@@ -24,11 +24,15 @@ class DedupConfig:
   """Near-duplicate detection parameters, validated on construction.
 
   When neither ``bands`` nor ``rows`` is given they are chosen from
-  ``threshold`` and ``num_perm`` by minimising the weighted false-positive and
-  false-negative areas under the banding S-curve; explicit values always win.
-  Candidate pairs are then verified: an edge joins the duplicate graph only if
-  its estimated Jaccard (fraction of equal signature entries) is at least
-  ``threshold`` (``verify='none'`` switches that off).
+  ``threshold`` and ``num_perm`` by minimising ``fp_weight`` x (area under the
+  banding S-curve below the threshold) + ``fn_weight`` x (area above it where
+  pairs are missed); explicit values always win. The default weights 0.05 and
+  0.95 over-generate candidates (S-curve threshold below ``threshold``: 16x8,
+  ~0.71, for 0.8 and K=128) because verification removes false candidates
+  while nothing recovers a missed pair. An edge joins the duplicate graph
+  only if verification passes: ``exact`` (default) the true Jaccard of the
+  two shingle sets is >= ``threshold``; ``signature`` the fraction of equal
+  signature entries is; ``none`` keeps every candidate.
   """
 
   shingle_unit: str = "word"
@@ -37,9 +41,9 @@ class DedupConfig:
   bands: Optional[int] = None
   rows: Optional[int] = None
   threshold: float = 0.8
-  fp_weight: float = 0.5
-  fn_weight: float = 0.5
-  verify: str = "signature"
+  fp_weight: float = 0.05
+  fn_weight: float = 0.95
+  verify: str = "exact"
   seed: int = 42
   nfkc: bool = True
   lowercase: bool = True

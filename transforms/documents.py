@@ -50,6 +50,52 @@ class InputFile(NamedTuple):
   size: int
 
 
+class InputChangedError(RuntimeError):
+  """An input file differs between two reads of the same job."""
+
+
+def check_unchanged(source: InputFile) -> None:
+  """Raises :class:`InputChangedError` if ``source``'s size is not what it
+  was when matched (stages after the first read read inputs again)."""
+  matched = FileSystems.match([source.path])[0].metadata_list
+  size = matched[0].size_in_bytes if matched else None
+  if size != source.size:
+    raise InputChangedError(
+        f"{source.path} changed while the job ran (size {source.size} bytes "
+        f"when matched, now {size}): rerun on an unchanging snapshot.")
+
+
+def read_texts(source: InputFile, rows: Iterable[int],
+               text_field: str) -> Iterable[Tuple[int, str]]:
+  """``(row, text)`` of the given rows of a file that were documents when
+  the job read it, in row order, parsing only those rows."""
+  wanted = set(rows)
+  check_unchanged(source)
+  found = 0
+  if source.format == "parquet":
+    with open_parquet(source.path) as parquet:
+      start = 0
+      for batch in parquet.iter_batches(columns=[text_field]):
+        hits = sorted(r - start for r in wanted
+                      if start <= r < start + batch.num_rows)
+        if hits:
+          texts = batch.column(0).take(hits).to_pylist()
+          found += len(hits)
+          yield from ((start + r, t) for r, t in zip(hits, texts))
+        start += batch.num_rows
+  else:
+    for row, line in iter_lines(source.path):
+      if row in wanted:
+        found += 1
+        text = line.decode("utf-8")
+        yield row, (json.loads(text)[text_field] if source.format == "jsonl"
+                    else text)
+  if found < len(wanted):
+    raise InputChangedError(
+        f"{source.path} has fewer rows than when it was read: it changed "
+        "while the job ran; rerun on an unchanging snapshot.")
+
+
 def make_doc_id(file_index: int, row: int) -> int:
   return (file_index << ROW_BITS) | row
 
@@ -125,7 +171,7 @@ class ReadDocuments(beam.PTransform):
     read = (files
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadFiles" >> beam.ParDo(
-                _ReadFileFn(self._text_field, self._id_field)).with_outputs(
+                ReadFileFn(self._text_field, self._id_field)).with_outputs(
                     "rejected", metrics.COUNTS, main="documents"))
     return {
         "documents": read.documents,
@@ -135,7 +181,7 @@ class ReadDocuments(beam.PTransform):
     }
 
 
-class _ReadFileFn(beam.DoFn):
+class ReadFileFn(beam.DoFn):
   """Parses one input file into documents and rejections."""
 
   def __init__(self, text_field: str, id_field: str):
@@ -143,14 +189,9 @@ class _ReadFileFn(beam.DoFn):
     self._id_field = id_field
 
   def process(self, input_file: InputFile):
-    index, path, fmt, _ = input_file
     metrics.counter("input_files").inc()
-    if fmt == "parquet":
-      records = self._parquet(index, path)
-    else:
-      records = self._lines(index, path, fmt)
     rows = 0
-    for record in records:
+    for record in self.records(input_file):
       rows += 1
       if isinstance(record, Rejected):
         metrics.counter("rejected_" + record.reason.split(":")[0]).inc()
@@ -158,6 +199,14 @@ class _ReadFileFn(beam.DoFn):
       else:
         yield record
     yield metrics.count_tag("docs_in", rows)
+
+  def records(self, input_file: InputFile):
+    """Every row of the file as a :class:`Document` or a :class:`Rejected`,
+    in row order (also used outside Beam, e.g. by ``pipeline.truth``)."""
+    index, path, fmt, _ = input_file
+    if fmt == "parquet":
+      return self._parquet(index, path)
+    return self._lines(index, path, fmt)
 
   def _lines(self, index, path, fmt):
     for row, line in iter_lines(path):

@@ -1,4 +1,5 @@
-"""BandKey → GroupByKey collision → candidate edges → verification.
+"""BandKey → GroupByKey collision → candidate edges (verified in
+:mod:`transforms.verify`).
 
 Everything from signatures to verified edges moves as numpy arrays, one
 element per (batch, shard): the shuffles carry a few large elements, never
@@ -11,7 +12,6 @@ one per document, band or edge.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Tuple
 
 import apache_beam as beam
@@ -20,9 +20,6 @@ import numpy as np
 from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.kernels import lsh as lsh_kernels
-
-_SIG, _WANT, _EDGES = "sig", "want", "edges"
-
 
 class BandKey(beam.PTransform):
   """Signature batches → ``(shard, (keys uint64[m], ids int64[m]))``.
@@ -118,7 +115,7 @@ def _edge_batches(src, dst, num_shards):
     yield shard, (s, d)
 
 
-def _concat_edges(parts):
+def concat_edges(parts):
   src, dst = [], []
   for s, d in parts:
     src.append(s)
@@ -131,142 +128,9 @@ class _DistinctFn(beam.DoFn):
 
   def process(self, element):
     shard, parts = element
-    src, dst = lsh_kernels.distinct_edges(*_concat_edges(parts))
+    src, dst = lsh_kernels.distinct_edges(*concat_edges(parts))
     yield metrics.count_tag("candidate_edges", len(src))
     yield shard, (src, dst)
-
-
-class VerifyEdges(beam.PTransform):
-  """Keeps candidate edges whose estimated Jaccard is >= the threshold.
-
-  Inputs ``{"edges": edge batches, "signatures": signature batches}``. Every
-  signature is shuffled once, to its document's shard; each shard then sends
-  just the signatures that candidate edges need to those edges' shards,
-  where both ends are compared. Returns ``{"edges", "counts"}``
-  (``verified_edges``, ``edges_below_threshold``).
-  """
-
-  def __init__(self, config: DedupConfig):
-    super().__init__()
-    self._config = config
-
-  def expand(self, inputs):
-    edges, signatures = inputs["edges"], inputs["signatures"]
-    n = self._config.lsh_shards
-    routed_sigs = signatures | "RouteSignatures" >> beam.ParDo(
-        _RouteSignaturesFn(n)).with_outputs(metrics.COUNTS, main="sigs")
-    wants = edges | "RequestEndpoints" >> beam.ParDo(_RequestFn(n))
-    served = ((routed_sigs.sigs, wants)
-              | "FlattenRequests" >> beam.Flatten()
-              | "JoinSignatures" >> beam.GroupByKey()
-              | "ServeSignatures" >> beam.ParDo(_ServeFn()).with_outputs(
-                  metrics.COUNTS, main="sigs"))
-    tagged_edges = edges | "TagEdges" >> beam.Map(
-        lambda kv: (kv[0], (_EDGES, kv[1])))
-    verified = ((served.sigs, tagged_edges)
-                | "FlattenEdges" >> beam.Flatten()
-                | "GroupEdgeEnds" >> beam.GroupByKey()
-                | "CompareSignatures" >> beam.ParDo(
-                    _CompareFn(self._config)).with_outputs(
-                        metrics.COUNTS, main="edges"))
-    counts = ((routed_sigs[metrics.COUNTS], served[metrics.COUNTS],
-               verified[metrics.COUNTS])
-              | "FlattenCounts" >> beam.Flatten())
-    return {"edges": verified.edges, "counts": counts}
-
-
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _RouteSignaturesFn(beam.DoFn):
-
-  def __init__(self, num_shards: int):
-    self._num_shards = num_shards
-
-  def process(self, batch):
-    ids, sigs = batch
-    yield metrics.shuffled("verify_signatures", ids.nbytes + sigs.nbytes)
-    for shard, (shard_ids, shard_sigs) in lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(ids, self._num_shards), ids, sigs):
-      yield shard, (_SIG, shard_ids, shard_sigs)
-
-
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _RequestFn(beam.DoFn):
-  """Asks each endpoint's shard for its signature on behalf of the edge
-  shard."""
-
-  def __init__(self, num_shards: int):
-    self._num_shards = num_shards
-
-  def process(self, element):
-    edge_shard, (src, dst) = element
-    nodes = np.unique(np.concatenate([src, dst]))
-    for shard, (wanted,) in lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(nodes, self._num_shards), nodes):
-      yield shard, (_WANT, wanted, edge_shard)
-
-
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _ServeFn(beam.DoFn):
-
-  def process(self, element):
-    _, values = element
-    ids, sigs, wants = [], [], []
-    for value in values:
-      if value[0] == _SIG:
-        ids.append(value[1])
-        sigs.append(value[2])
-      else:
-        wants.append(value[1:])
-    if not wants:
-      return
-    ids = np.concatenate(ids)
-    order = np.argsort(ids)
-    ids, sigs = ids[order], np.concatenate(sigs)[order]
-    for wanted, edge_shard in wants:
-      rows = lsh_kernels.rows_of(ids, wanted)
-      yield metrics.shuffled("verify_endpoints",
-                             wanted.nbytes + sigs[rows].nbytes)
-      yield edge_shard, (_SIG, wanted, sigs[rows])
-
-
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _CompareFn(beam.DoFn):
-  """Emits the edges whose signatures agree on enough entries."""
-
-  def __init__(self, config: DedupConfig):
-    self._config = config
-
-  def setup(self):
-    k = self._config.num_perm
-    # Integer comparison avoids float rounding at the threshold.
-    self._min_equal = math.ceil(self._config.threshold * k - 1e-9)
-    self._similarity = metrics.distribution("verified_similarity_permille")
-
-  def process(self, element):
-    shard, values = element
-    ids, sigs, edges = [], [], []
-    for value in values:
-      if value[0] == _SIG:
-        ids.append(value[1])
-        sigs.append(value[2])
-      else:
-        edges.append(value[1])
-    if not edges:
-      return
-    src, dst = _concat_edges(edges)
-    ids = np.concatenate(ids)
-    order = np.argsort(ids)
-    ids, sigs = ids[order], np.concatenate(sigs)[order]
-    equal = np.count_nonzero(sigs[lsh_kernels.rows_of(ids, src)]
-                             == sigs[lsh_kernels.rows_of(ids, dst)], axis=1)
-    passed = equal >= self._min_equal
-    k = sigs.shape[1]
-    for value in (1000 * equal[passed] // k).tolist():
-      self._similarity.update(value)
-    yield metrics.count_tag("verified_edges", int(passed.sum()))
-    yield metrics.count_tag("edges_below_threshold", int((~passed).sum()))
-    if passed.any():
-      yield shard, (src[passed], dst[passed])
 
 
 class EdgeBatchCount(beam.PTransform):

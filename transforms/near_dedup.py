@@ -7,9 +7,10 @@ import apache_beam as beam
 from transforms.components import ConnectedComponents
 from transforms.config import DedupConfig
 from transforms.lsh import (BandKey, EdgeBatchCount, FindCandidates,
-                            VerifyEdges, explode_edges)
+                            explode_edges)
 from transforms.select import SelectKept
 from transforms.signatures import ComputeSignatures
+from transforms.verify import VerifyEdges, VerifyExact
 
 
 class NearDedup(beam.PTransform):
@@ -20,11 +21,16 @@ class NearDedup(beam.PTransform):
   Exactly one document per cluster has ``kept=True``. ``counts``: ``(stat,
   n)`` elements for the run's statistics. Doc ids must be unique ints; with
   the default keep policy the lowest id of a cluster is kept.
+
+  With ``verify='exact'`` the candidates' texts come from ``texts`` when
+  given (e.g. :class:`~transforms.verify.ServeTextsFromFiles`), otherwise
+  from the input PCollection (see :class:`~transforms.verify.VerifyExact`).
   """
 
-  def __init__(self, config: DedupConfig):
+  def __init__(self, config: DedupConfig, texts: beam.PTransform = None):
     super().__init__()
     self._config = config
+    self._texts = texts
 
   def expand(self, docs):
     c = self._config
@@ -34,14 +40,18 @@ class NearDedup(beam.PTransform):
     found = keyed["keys"] | "FindCandidates" >> FindCandidates(c.lsh_shards)
     counts = [signed["counts"], keyed["counts"], found["counts"]]
     edges = found["edges"]
-    if c.verify == "signature":
-      verified = ({"edges": edges, "signatures": signatures}
-                  | "VerifyEdges" >> VerifyEdges(c))
-      edges = verified["edges"]
-      counts.append(verified["counts"])
-    else:
+    if c.verify == "none":
       counts.append(edges | "CountVerified" >> EdgeBatchCount(
           "verified_edges"))
+    else:
+      if c.verify == "exact":
+        verified = ({"edges": edges, "docs": docs}
+                    | "VerifyExact" >> VerifyExact(c, self._texts))
+      else:
+        verified = ({"edges": edges, "signatures": signatures}
+                    | "VerifyEdges" >> VerifyEdges(c))
+      edges = verified["edges"]
+      counts.append(verified["counts"])
     edges = edges | "ExplodeEdges" >> beam.FlatMap(explode_edges)
     components = edges | "ConnectedComponents" >> ConnectedComponents(
         c.max_cc_rounds, c.max_residual_edges)

@@ -16,7 +16,7 @@ _MIN_BATCH = 64
 _MAX_BATCH = 4096
 
 
-def _normalize_options(config: DedupConfig) -> dict:
+def normalize_options(config: DedupConfig) -> dict:
   return dict(nfkc=config.nfkc, lowercase=config.lowercase,
               strip_punctuation=config.strip_punctuation,
               fold_digits=config.fold_digits)
@@ -41,7 +41,7 @@ class _NormalizeFn(_BatchFn):
 
   def compute(self, ids, values):
     normalized = text_kernels.normalize_texts(
-        values, **_normalize_options(self._config)).to_pylist()
+        values, **normalize_options(self._config)).to_pylist()
     yield from zip(ids, normalized)
 
 
@@ -98,7 +98,7 @@ class _SignatureFn(_PermutationsFn):
     c = self._config
     sigs, unit_counts = signature_kernels.signature_batch(
         values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
-        b=self._b, **_normalize_options(c))
+        b=self._b, **normalize_options(c))
     empty = unit_counts == 0
     short = ~empty & (unit_counts < c.min_tokens)
     signed = np.flatnonzero(~empty & ~short)

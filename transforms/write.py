@@ -13,7 +13,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
-from transforms.documents import (ROW_BITS, iter_lines, make_doc_id,
+from transforms.documents import (ROW_BITS, InputChangedError,
+                                  check_unchanged, iter_lines, make_doc_id,
                                   open_parquet, split_doc_id)
 
 # One output part per (input file, 2**20 rows): bounds a writer's memory.
@@ -31,10 +32,6 @@ def join_path(directory: str, *names: str) -> str:
   return FileSystems.join(directory, *names)
 
 
-class InputChangedError(RuntimeError):
-  """An input file differs between the read and the write stage."""
-
-
 class WriteResults(beam.PTransform):
   """Writes ``deduped/``, ``clusters/`` and ``rejected/`` under ``output``.
 
@@ -46,7 +43,7 @@ class WriteResults(beam.PTransform):
   byte for byte), so the documents themselves never go through a shuffle:
   only the clustered and rejected rows are grouped by file. A file whose
   size changed since it was matched fails the job
-  (:class:`InputChangedError`). Returns the ``kept``, ``removed``,
+  (:class:`~transforms.documents.InputChangedError`). Returns the ``kept``, ``removed``,
   ``rejected`` and ``rejected_<reason>`` counts.
   """
 
@@ -99,7 +96,7 @@ class _WriteFileFn(beam.DoFn):
   def process(self, element):
     _, grouped = element
     source = next(iter(grouped["file"]))
-    _check_unchanged(source)
+    check_unchanged(source)
     parts: Dict[int, _Part] = {}
     for doc_id, info in grouped["cluster"]:
       row = split_doc_id(doc_id)[1]
@@ -253,15 +250,6 @@ class _ParquetSink(_LineSink):
     return super().close()
 
 
-def _check_unchanged(source) -> None:
-  matched = FileSystems.match([source.path])[0].metadata_list
-  size = matched[0].size_in_bytes if matched else None
-  if size != source.size:
-    raise InputChangedError(
-        f"{source.path} changed while the job ran (size {source.size} bytes "
-        f"when matched, now {size}): rerun on an unchanging snapshot.")
-
-
 def _json_field(line: bytes, field: str):
   return json.loads(line.decode("utf-8")).get(field)
 
@@ -310,7 +298,8 @@ def finalize_stats(counts: dict, params: dict) -> dict:
   stats = {name: 0 for name in (
       "docs_in", "kept", "removed", "rejected", "clusters", "clustered_docs",
       "candidate_edges", "verified_edges", "docs_empty", "docs_too_short",
-      "docs_signed", "buckets_multi", "cc_residual_edges",
+      "docs_signed", "buckets_multi", "verify_removed_edges",
+      "cc_residual_edges",
       "cc_residual_nodes")}
   rejected_by_reason, shuffle_bytes = {}, {}
   for name, value in counts.items():

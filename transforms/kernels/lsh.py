@@ -3,7 +3,8 @@ collision finding within a shard of band keys."""
 
 from __future__ import annotations
 
-from typing import Tuple
+import math
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -44,6 +45,53 @@ def choose_bands_rows(threshold: float, num_perm: int, fp_weight: float = 0.5,
       if best is None or key < best[0]:
         best = (key, bands, rows)
   return best[1], best[2]
+
+
+def min_equal_entries(threshold: float, num_perm: int) -> int:
+  """Fewest equal signature entries (of ``num_perm``) whose fraction reaches
+  ``threshold``; integer so the threshold is never lost to rounding."""
+  return math.ceil(threshold * num_perm - 1e-9)
+
+
+def detection_probability(s, bands: int, rows: int, num_perm: int,
+                          min_equal: Optional[int] = None) -> np.ndarray:
+  """P(a pair of Jaccard ``s`` becomes an edge of the duplicate graph).
+
+  Without ``min_equal``: the candidate probability 1-(1-s^r)^b (what
+  ``verify`` none, or exact for a pair at or above the threshold, keeps).
+  With it: P(some band has all r entries equal AND at least ``min_equal`` of
+  the ``num_perm`` entries are equal), the two events computed jointly (they
+  share the signature), each entry equal independently with probability s.
+  """
+  s = np.atleast_1d(np.asarray(s, dtype=np.float64))
+  if min_equal is None:
+    return collision_probability(s, bands, rows)
+  uniq, inverse = np.unique(s, return_inverse=True)
+  out = np.array([_detect_one(float(x), bands, rows, num_perm, min_equal)
+                  for x in uniq])
+  return out[inverse.ravel()]
+
+
+def _detect_one(s, bands, rows, num_perm, min_equal):
+  band = _binomial(rows, s)
+  # miss[c] / hit[c]: P(c equal entries so far and no band / some band full).
+  miss, hit = np.ones(1), np.zeros(1)
+  for _ in range(bands):
+    full = np.zeros(len(miss) + rows)
+    full[rows:] = miss * band[rows]
+    hit = np.convolve(hit, band) + full
+    miss = np.r_[np.convolve(miss, band[:rows]), 0.0]
+  hit = np.convolve(hit, _binomial(num_perm - bands * rows, s))
+  return float(hit[min_equal:].sum())
+
+
+def _binomial(n, p):
+  k = np.arange(n + 1)
+  if p <= 0.0 or p >= 1.0:
+    return (k == (n if p >= 1.0 else 0)).astype(np.float64)
+  logc = np.array([math.lgamma(n + 1) - math.lgamma(i + 1)
+                   - math.lgamma(n - i + 1) for i in k])
+  return np.exp(logc + k * np.log(p) + (n - k) * np.log1p(-p))
 
 
 def band_keys(signatures: np.ndarray, bands: int, rows: int,

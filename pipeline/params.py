@@ -1,0 +1,124 @@
+"""What ``--threshold`` chooses, and the S-curve behind it.
+
+``python -m pipeline.params --threshold 0.8 --num-perm 128 [--plot
+scurve.png]`` prints the chosen bands and rows (the job's own choice, same
+flags and defaults), the approximate S-curve threshold (1/b)^(1/r) and, at a
+few similarities, P(candidate) = 1-(1-s^r)^b and P(edge): the probability
+that the verify mode also keeps the pair. It writes the S-curve of the
+chosen (b, r) next to 64x2, 32x4, 16x8 and 8x16 as a PNG with the threshold
+marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+import numpy as np
+
+from transforms.config import ConfigError, DedupConfig
+from transforms.kernels import lsh as lsh_kernels
+
+COMPARED = ((64, 2), (32, 4), (16, 8), (8, 16))
+SIMILARITIES = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+
+
+def edge_probability(s, config: DedupConfig) -> np.ndarray:
+  """P(a pair of Jaccard ``s`` becomes an edge) under ``config``."""
+  s = np.atleast_1d(np.asarray(s, dtype=np.float64))
+  if config.verify == "signature":
+    return lsh_kernels.detection_probability(
+        s, config.bands, config.rows, config.num_perm,
+        lsh_kernels.min_equal_entries(config.threshold, config.num_perm))
+  p = lsh_kernels.collision_probability(s, config.bands, config.rows)
+  if config.verify == "exact":
+    p = p * (s >= config.threshold - 1e-9)
+  return p
+
+
+def describe(config: DedupConfig) -> str:
+  """The text ``main`` prints."""
+  b, r, t = config.bands, config.rows, config.threshold
+  lines = [f"threshold {t}, K={config.num_perm}, fp_weight "
+           f"{config.fp_weight}, fn_weight {config.fn_weight}: {b} bands x "
+           f"{r} rows (b*r = {b * r}), S-curve threshold (1/b)^(1/r) = "
+           f"{config.lsh_threshold:.3f}",
+           f"verify={config.verify}: P(edge) is P(candidate) and passing "
+           "verification",
+           "similarity  P(candidate)  P(edge)"]
+  s = np.array(SIMILARITIES)
+  cand = lsh_kernels.collision_probability(s, b, r)
+  for x, pc, pe in zip(s, cand, edge_probability(s, config)):
+    lines.append(f"{x:10.2f}  {pc:12.4f}  {pe:7.4f}")
+  lines.append("compared: " + ", ".join(
+      f"{bb}x{rr} ~{(1 / bb) ** (1 / rr):.2f}" for bb, rr in COMPARED))
+  return "\n".join(lines)
+
+
+def plot(config: DedupConfig, path: str) -> None:
+  """Writes the S-curves as a PNG (matplotlib, imported only here)."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  s = np.linspace(0, 1, 401)
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for b, r in COMPARED:
+    if b * r <= config.num_perm and (b, r) != (config.bands, config.rows):
+      ax.plot(s, lsh_kernels.collision_probability(s, b, r), lw=1, alpha=0.6,
+              label=f"{b}x{r} (~{(1 / b) ** (1 / r):.2f})")
+  ax.plot(s, lsh_kernels.collision_probability(s, config.bands, config.rows),
+          lw=2.5, color="black", label=f"chosen {config.bands}x{config.rows}"
+          f" (~{config.lsh_threshold:.2f})")
+  if config.verify != "none":
+    ax.plot(s, edge_probability(s, config), lw=1.5, ls="--", color="black",
+            label=f"edge after --verify {config.verify}")
+  ax.axvline(config.threshold, color="red", ls=":",
+             label=f"threshold {config.threshold}")
+  ax.set_xlabel("Jaccard similarity s")
+  ax.set_ylabel("probability")
+  ax.set_title(f"LSH S-curve 1-(1-s^r)^b, K={config.num_perm}")
+  ax.set_xlim(0, 1)
+  ax.set_ylim(0, 1.01)
+  ax.legend(loc="upper left", fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  defaults = DedupConfig()
+  parser = argparse.ArgumentParser(
+      prog="python -m pipeline.params", description=__doc__.splitlines()[0])
+  parser.add_argument("--threshold", type=float, default=defaults.threshold)
+  parser.add_argument("--num_perm", "--num-perm", type=int,
+                      default=defaults.num_perm)
+  parser.add_argument("--fp_weight", "--fp-weight", type=float,
+                      default=defaults.fp_weight)
+  parser.add_argument("--fn_weight", "--fn-weight", type=float,
+                      default=defaults.fn_weight)
+  parser.add_argument("--bands", type=int, default=None)
+  parser.add_argument("--rows", type=int, default=None)
+  parser.add_argument("--verify", default=defaults.verify,
+                      help="exact, signature or none.")
+  parser.add_argument("--plot", default="scurve.png",
+                      help="PNG to write ('' for none).")
+  try:
+    args = parser.parse_args(argv)
+    config = DedupConfig(threshold=args.threshold, num_perm=args.num_perm,
+                         fp_weight=args.fp_weight, fn_weight=args.fn_weight,
+                         bands=args.bands, rows=args.rows, verify=args.verify)
+  except SystemExit as e:
+    return 0 if e.code is None else int(e.code)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(describe(config))
+  if args.plot:
+    plot(config, args.plot)
+    print(f"wrote {args.plot}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

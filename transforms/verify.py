@@ -1,0 +1,353 @@
+"""Verification of candidate edges before connected components: by signature
+agreement (:class:`VerifyEdges`) or by the exact Jaccard of the shingle sets
+(:class:`VerifyExact`). Only edges that pass join the duplicate graph.
+
+Both work on edge batches (see :mod:`transforms.lsh`) and never collect ids
+in one place: each candidate edge's shard asks the shards (or input files)
+that own its endpoints for their values, and compares them when they arrive.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import apache_beam as beam
+import numpy as np
+
+from transforms import metrics
+from transforms.config import DedupConfig
+from transforms.documents import ROW_BITS, read_texts, split_doc_id
+from transforms.kernels import jaccard as jaccard_kernels
+from transforms.kernels import lsh as lsh_kernels
+from transforms.kernels import text as text_kernels
+from transforms.lsh import concat_edges
+from transforms.signatures import normalize_options
+
+REMOVED_STAT = "verify_removed_edges"
+_VALUE, _WANT, _EDGES, _FILE = "value", "want", "edges", "file"
+_MAX_TEXT_BATCH = 4096
+
+
+class VerifyEdges(beam.PTransform):
+  """``{"edges", "signatures"}`` (edge and signature batches) → edges whose
+  estimated Jaccard (fraction of equal signature entries) is >= the
+  threshold. Every signature is shuffled once, to its document's shard,
+  which forwards just the ones candidate edges need. Returns ``{"edges",
+  "counts"}`` (``verified_edges``, ``verify_removed_edges``)."""
+
+  def __init__(self, config: DedupConfig):
+    super().__init__()
+    self._config = config
+
+  def expand(self, inputs):
+    n = self._config.lsh_shards
+    routed = inputs["signatures"] | "RouteSignatures" >> beam.ParDo(
+        _RouteFn(n, "verify_signatures")).with_outputs(
+            metrics.COUNTS, main="values")
+    served = ({"values": routed.values, "edges": inputs["edges"]}
+              | "ServeSignatures" >> _Serve(n))
+    compared = ({"values": served["values"], "edges": inputs["edges"]}
+                | "CompareSignatures" >> _Compare(
+                    _SignatureCompareFn(self._config)))
+    return {"edges": compared["edges"],
+            "counts": (routed[metrics.COUNTS], served["counts"],
+                       compared["counts"]) | "FlattenCounts" >> beam.Flatten()}
+
+
+class VerifyExact(beam.PTransform):
+  """``{"edges", "docs"}`` → edges whose shingle sets have true Jaccard >=
+  the threshold. ``docs`` are ``(doc_id, raw text)``; only the texts of
+  candidate documents reach the comparison, where they are shingled with
+  the same kernels and parameters as their signatures.
+
+  By default the texts are routed to their documents' shards (one shuffle of
+  the corpus text). ``texts`` can replace that with a cheaper source: a
+  PTransform from endpoint requests to served texts, such as
+  :class:`ServeTextsFromFiles`, which reads the candidates back from the
+  input files. Returns ``{"edges", "counts"}`` (``verified_edges``,
+  ``verify_removed_edges``).
+  """
+
+  def __init__(self, config: DedupConfig, texts: beam.PTransform = None):
+    super().__init__()
+    self._config = config
+    self._texts = texts
+
+  def expand(self, inputs):
+    n = self._config.lsh_shards
+    if self._texts is None:
+      served = ({"docs": inputs["docs"], "edges": inputs["edges"]}
+                | "ServeTextsFromDocs" >> _ServeTextsFromDocs(n))
+    else:
+      served = inputs["edges"] | "ServeTexts" >> self._texts
+    compared = ({"values": served["values"], "edges": inputs["edges"]}
+                | "CompareShingleSets" >> _Compare(
+                    _ExactCompareFn(self._config)))
+    return {"edges": compared["edges"],
+            "counts": (served["counts"], compared["counts"])
+                      | "FlattenCounts" >> beam.Flatten()}
+
+
+class ServeTextsFromFiles(beam.PTransform):
+  """Edge batches → the texts of their endpoints, read back from the input
+  files: requests are grouped by file, and each file is read once, parsing
+  only the requested rows. No document text goes through a shuffle until it
+  is a candidate. ``files`` is the :class:`InputFile` PCollection of
+  :class:`~transforms.documents.ReadDocuments`."""
+
+  def __init__(self, files, text_field: str = "text"):
+    super().__init__()
+    self._files = files
+    self._text_field = text_field
+
+  def expand(self, edges):
+    requests = edges | "RequestByFile" >> beam.ParDo(_RequestByFileFn())
+    files = self._files | "KeyFiles" >> beam.Map(
+        lambda f: (f.index, (_FILE, f)))
+    served = ((requests, files)
+              | "FlattenRequests" >> beam.Flatten()
+              | "GroupByFile" >> beam.GroupByKey()
+              | "ReadCandidates" >> beam.ParDo(
+                  _ReadCandidatesFn(self._text_field)).with_outputs(
+                      metrics.COUNTS, main="values"))
+    return {"values": served.values, "counts": served[metrics.COUNTS]}
+
+
+class _ServeTextsFromDocs(beam.PTransform):
+
+  def __init__(self, num_shards: int):
+    super().__init__()
+    self._num_shards = num_shards
+
+  def expand(self, inputs):
+    routed = (inputs["docs"]
+              | "BatchDocs" >> beam.BatchElements(
+                  min_batch_size=64, max_batch_size=_MAX_TEXT_BATCH)
+              | "ToArrays" >> beam.Map(_text_batch)
+              | "RouteTexts" >> beam.ParDo(
+                  _RouteFn(self._num_shards, "verify_texts")).with_outputs(
+                      metrics.COUNTS, main="values"))
+    served = ({"values": routed.values, "edges": inputs["edges"]}
+              | "Serve" >> _Serve(self._num_shards))
+    return {"values": served["values"],
+            "counts": (routed[metrics.COUNTS], served["counts"])
+                      | "FlattenCounts" >> beam.Flatten()}
+
+
+def _text_batch(batch):
+  ids = np.fromiter((doc_id for doc_id, _ in batch), dtype=np.int64,
+                    count=len(batch))
+  texts = np.empty(len(batch), dtype=object)
+  texts[:] = [text for _, text in batch]
+  return ids, texts
+
+
+def _nbytes(values) -> int:
+  if values.dtype == object:
+    return sum(len(v) for v in values)
+  return values.nbytes
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _RouteFn(beam.DoFn):
+  """``(ids, values)`` batches → ``(node shard, (value tag, ids, values))``."""
+
+  def __init__(self, num_shards: int, stat: str):
+    self._num_shards = num_shards
+    self._stat = stat
+
+  def process(self, batch):
+    ids, values = batch
+    yield metrics.shuffled(self._stat, ids.nbytes + _nbytes(values))
+    for shard, (shard_ids, shard_values) in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(ids, self._num_shards), ids, values):
+      yield shard, (_VALUE, shard_ids, shard_values)
+
+
+class _Serve(beam.PTransform):
+  """``{"values": node-shard values, "edges": edge batches}`` → ``{"values":
+  (edge shard, (value tag, ids, values)), "counts"}``: each node shard sends
+  the values of the endpoints an edge shard asked for."""
+
+  def __init__(self, num_shards: int):
+    super().__init__()
+    self._num_shards = num_shards
+
+  def expand(self, inputs):
+    wants = inputs["edges"] | "RequestEndpoints" >> beam.ParDo(
+        _RequestFn(self._num_shards))
+    served = ((inputs["values"], wants)
+              | "FlattenRequests" >> beam.Flatten()
+              | "JoinValues" >> beam.GroupByKey()
+              | "ServeValues" >> beam.ParDo(_ServeFn()).with_outputs(
+                  metrics.COUNTS, main="values"))
+    return {"values": served.values, "counts": served[metrics.COUNTS]}
+
+
+def _endpoints(element):
+  edge_shard, (src, dst) = element
+  return edge_shard, np.unique(np.concatenate([src, dst]))
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _RequestFn(beam.DoFn):
+
+  def __init__(self, num_shards: int):
+    self._num_shards = num_shards
+
+  def process(self, element):
+    edge_shard, nodes = _endpoints(element)
+    for shard, (wanted,) in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(nodes, self._num_shards), nodes):
+      yield shard, (_WANT, wanted, edge_shard)
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _ServeFn(beam.DoFn):
+
+  def process(self, element):
+    _, tagged = element
+    ids, values, wants = [], [], []
+    for value in tagged:
+      if value[0] == _VALUE:
+        ids.append(value[1])
+        values.append(value[2])
+      else:
+        wants.append(value[1:])
+    if not wants:
+      return
+    ids, values = _sorted_values(ids, values)
+    for wanted, edge_shard in wants:
+      found = values[lsh_kernels.rows_of(ids, wanted)]
+      yield metrics.shuffled("verify_endpoints",
+                             wanted.nbytes + _nbytes(found))
+      yield edge_shard, (_VALUE, wanted, found)
+
+
+def _sorted_values(ids, values):
+  ids = np.concatenate(ids)
+  order = np.argsort(ids, kind="stable")
+  return ids[order], np.concatenate(values)[order]
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _RequestByFileFn(beam.DoFn):
+
+  def process(self, element):
+    edge_shard, nodes = _endpoints(element)
+    for file_index, (wanted,) in lsh_kernels.split_by_shard(
+        nodes >> ROW_BITS, nodes):
+      yield file_index, (_WANT, wanted, edge_shard)
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _ReadCandidatesFn(beam.DoFn):
+
+  def __init__(self, text_field: str):
+    self._text_field = text_field
+
+  def process(self, element):
+    _, tagged = element
+    source, wants = None, []
+    for value in tagged:
+      if value[0] == _FILE:
+        source = value[1]
+      else:
+        wants.append(value[1:])
+    if not wants:
+      return
+    rows = np.unique(np.concatenate([w for w, _ in wants])) & (
+        (1 << ROW_BITS) - 1)
+    texts = np.empty(len(rows), dtype=object)
+    for i, (_, text) in enumerate(read_texts(source, rows.tolist(),
+                                             self._text_field)):
+      texts[i] = text
+    ids = (np.int64(source.index) << ROW_BITS) | rows
+    for wanted, edge_shard in wants:
+      found = texts[lsh_kernels.rows_of(ids, wanted)]
+      yield metrics.shuffled("verify_texts", wanted.nbytes + _nbytes(found))
+      yield edge_shard, (_VALUE, wanted, found)
+
+
+class _Compare(beam.PTransform):
+  """Groups each edge shard's edges with its endpoints' values and applies a
+  ``_CompareFn``."""
+
+  def __init__(self, fn):
+    super().__init__()
+    self._fn = fn
+
+  def expand(self, inputs):
+    tagged_edges = inputs["edges"] | "TagEdges" >> beam.Map(
+        lambda kv: (kv[0], (_EDGES, kv[1])))
+    compared = ((inputs["values"], tagged_edges)
+                | "FlattenEdges" >> beam.Flatten()
+                | "GroupEdgeEnds" >> beam.GroupByKey()
+                | "Compare" >> beam.ParDo(self._fn).with_outputs(
+                    metrics.COUNTS, main="edges"))
+    return {"edges": compared.edges, "counts": compared[metrics.COUNTS]}
+
+
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _CompareFn(beam.DoFn):
+  """Keeps the edges of one edge shard for which ``passes`` holds."""
+
+  def __init__(self, config: DedupConfig):
+    self._config = config
+
+  def setup(self):
+    self._similarity = metrics.distribution("verified_similarity_permille")
+
+  def passes(self, ids, values, src_rows, dst_rows):
+    """``(passed bool[m], similarity permille int[m])`` of the edges."""
+    raise NotImplementedError
+
+  def process(self, element):
+    shard, tagged = element
+    ids, values, edges = [], [], []
+    for value in tagged:
+      if value[0] == _VALUE:
+        ids.append(value[1])
+        values.append(value[2])
+      else:
+        edges.append(value[1])
+    if not edges:
+      return
+    src, dst = concat_edges(edges)
+    ids, values = _sorted_values(ids, values)
+    passed, permille = self.passes(ids, values, lsh_kernels.rows_of(ids, src),
+                                   lsh_kernels.rows_of(ids, dst))
+    for value in permille[passed].tolist():
+      self._similarity.update(value)
+    yield metrics.count_tag("verified_edges", int(passed.sum()))
+    yield metrics.count_tag(REMOVED_STAT, int((~passed).sum()))
+    if passed.any():
+      yield shard, (src[passed], dst[passed])
+
+
+class _SignatureCompareFn(_CompareFn):
+
+  def passes(self, ids, values, src_rows, dst_rows):
+    k = values.shape[1]
+    equal = np.count_nonzero(values[src_rows] == values[dst_rows], axis=1)
+    min_equal = lsh_kernels.min_equal_entries(self._config.threshold, k)
+    return equal >= min_equal, 1000 * equal // k
+
+
+class _ExactCompareFn(_CompareFn):
+
+  def passes(self, ids, values, src_rows, dst_rows):
+    c = self._config
+    shingles, offsets, _ = text_kernels.shingle_batch(
+        values.tolist(), unit=c.shingle_unit, ngram=c.ngram, seed=c.seed,
+        **normalize_options(c))
+    sets = text_kernels.unique_per_document(shingles, offsets)
+    sizes = np.array([len(s) for s in sets], dtype=np.int64)
+    set_offsets = np.zeros(len(sets) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=set_offsets[1:])
+    flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
+    inter = jaccard_kernels.pair_intersections(flat, set_offsets, src_rows,
+                                               dst_rows)
+    union = sizes[src_rows] + sizes[dst_rows] - inter
+    passed = jaccard_kernels.meets_threshold(inter, union, c.threshold)
+    return passed, 1000 * inter // np.maximum(union, 1)
