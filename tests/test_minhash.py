@@ -81,13 +81,13 @@ def test_matches_documented_scheme():
         batch[i], _reference_signature(flat[offsets[i]:offsets[i + 1]], a, b))
 
 
-def test_independent_of_block_size(monkeypatch):
-  flat, offsets = _random_batch(3, n_docs=30, max_len=60)
-  a, b = permutations(64, 11)
-  expected = minhash_batch(flat, offsets, a, b)
-  for block in (300, 64, 1):
-    monkeypatch.setattr(minhash, "_BLOCK_ELEMENTS", block)
-    np.testing.assert_array_equal(minhash_batch(flat, offsets, a, b), expected)
+def test_matches_vectorised_reference_on_a_large_batch():
+  flat, offsets = _random_batch(3, n_docs=300, max_len=400)
+  a, b = permutations(128, 11)
+  x = flat & np.uint64(0xFFFFFFFF)
+  hashed = (a[:, None] * x[None, :] + b[:, None]) >> np.uint64(32)
+  expected = np.minimum.reduceat(hashed, offsets[:-1], axis=1).T
+  np.testing.assert_array_equal(minhash_batch(flat, offsets, a, b), expected)
 
 
 def test_empty_document_raises():
