@@ -11,6 +11,7 @@ from typing import Optional
 from transforms.kernels.lsh import choose_bands_rows
 
 SHINGLE_UNITS = ("word", "char")
+SKETCHES = ("classic", "oph")
 VERIFY_MODES = ("signature", "none")
 KEEP_POLICIES = ("first", "longest")
 
@@ -26,7 +27,9 @@ class DedupConfig:
   When neither ``bands`` nor ``rows`` is given they are chosen from
   ``threshold`` and ``num_perm`` by minimising the weighted false-positive and
   false-negative areas under the banding S-curve; explicit values always win.
-  Candidate pairs are then verified: an edge joins the duplicate graph only if
+  ``sketch`` picks how the ``num_perm`` signature entries are computed
+  (classic K-permutation MinHash or one-permutation hashing); everything
+  downstream treats both alike. Candidate pairs are then verified: an edge joins the duplicate graph only if
   its estimated Jaccard (fraction of equal signature entries) is at least
   ``threshold`` (``verify='none'`` switches that off).
   """
@@ -34,6 +37,7 @@ class DedupConfig:
   shingle_unit: str = "word"
   ngram: int = 5
   num_perm: int = 128
+  sketch: str = "classic"
   bands: Optional[int] = None
   rows: Optional[int] = None
   threshold: float = 0.8
@@ -61,6 +65,10 @@ class DedupConfig:
     _check(_is_int(self.num_perm) and 1 <= self.num_perm <= 8192,
            f"num_perm={self.num_perm!r}: use an integer from 1 to 8192"
            " (--num_perm); 128 is typical.")
+    _check(self.sketch in SKETCHES,
+           f"sketch={self.sketch!r}: use classic (K-permutation MinHash) or"
+           " oph (one-permutation hashing, faster, same estimator) with"
+           " --sketch.")
     _check(isinstance(self.threshold, (int, float))
            and 0.0 < self.threshold <= 1.0,
            f"threshold={self.threshold!r}: use a Jaccard similarity in (0, 1]"
