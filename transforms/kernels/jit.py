@@ -89,9 +89,11 @@ def _xxh3_avalanche(h):
 
 
 @numba.njit(cache=True, nogil=True)
-def _mix16(buf, p, s, seed):
-  return _mul128_fold64(_read64(buf, p) ^ (_S64[s] + seed),
-                        _read64(buf, p + 8) ^ (_S64[s + 8] - seed))
+def _mix16(buf, p, key_lo, key_hi, seed):
+  # The secret words arrive as values, not offsets: numba would compile one
+  # specialisation per literal offset.
+  return _mul128_fold64(_read64(buf, p) ^ (key_lo + seed),
+                        _read64(buf, p + 8) ^ (key_hi - seed))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -136,21 +138,22 @@ def xxh3_64(buf, p, n, seed):
     if n > 32:
       if n > 64:
         if n > 96:
-          acc += _mix16(buf, p + 48, 96, seed)
-          acc += _mix16(buf, p + n - 64, 112, seed)
-        acc += _mix16(buf, p + 32, 64, seed)
-        acc += _mix16(buf, p + n - 48, 80, seed)
-      acc += _mix16(buf, p + 16, 32, seed)
-      acc += _mix16(buf, p + n - 32, 48, seed)
-    acc += _mix16(buf, p, 0, seed)
-    acc += _mix16(buf, p + n - 16, 16, seed)
+          acc += _mix16(buf, p + 48, _S64[96], _S64[104], seed)
+          acc += _mix16(buf, p + n - 64, _S64[112], _S64[120], seed)
+        acc += _mix16(buf, p + 32, _S64[64], _S64[72], seed)
+        acc += _mix16(buf, p + n - 48, _S64[80], _S64[88], seed)
+      acc += _mix16(buf, p + 16, _S64[32], _S64[40], seed)
+      acc += _mix16(buf, p + n - 32, _S64[48], _S64[56], seed)
+    acc += _mix16(buf, p, _S64[0], _S64[8], seed)
+    acc += _mix16(buf, p + n - 16, _S64[16], _S64[24], seed)
     return _xxh3_avalanche(acc)
   for i in range(8):
-    acc += _mix16(buf, p + 16 * i, 16 * i, seed)
+    acc += _mix16(buf, p + 16 * i, _S64[16 * i], _S64[16 * i + 8], seed)
   acc = _xxh3_avalanche(acc)
-  acc += _mix16(buf, p + n - 16, 119, seed)
+  acc += _mix16(buf, p + n - 16, _S64[119], _S64[127], seed)
   for i in range(8, n // 16):
-    acc += _mix16(buf, p + 16 * i, 16 * (i - 8) + 3, seed)
+    acc += _mix16(buf, p + 16 * i, _S64[16 * i - 125],
+                  _S64[16 * i - 117], seed)
   return _xxh3_avalanche(acc)
 
 
@@ -227,6 +230,21 @@ def _encode(out, w, c):
 
 
 @numba.njit(cache=True, nogil=True)
+def _map_codepoint(c, lower, props, lowercase, strip_punctuation,
+                   fold_digits):
+  """``(normalised code point, is separator)``, as normalize_texts maps it."""
+  if lowercase:
+    c = lower[c]
+  f = props[c]
+  if fold_digits and f & DIGIT:
+    c = 48
+    f = props[48]
+  if strip_punctuation:
+    return c, not f & WORD
+  return c, f & SPACE != 0
+
+
+@numba.njit(cache=True, nogil=True)
 def text_units(data, starts, ends, lower, props, word, lowercase,
                strip_punctuation, fold_digits, seed, norm, units,
                unit_offsets, long_tokens):
@@ -244,6 +262,12 @@ def text_units(data, starts, ends, lower, props, word, lowercase,
   the number of long words.
   """
   space = _fmix64(_U64(32) + seed)
+  # ASCII bytes map through a 128-entry table (0: separator; NUL always is).
+  ascii_map = np.empty(128, dtype=np.int64)
+  for c in range(128):
+    mapped, separator = _map_codepoint(c, lower, props, lowercase,
+                                       strip_punctuation, fold_digits)
+    ascii_map[c] = 0 if separator else mapped
   n_long = 0
   u = 0
   w = 0
@@ -254,21 +278,17 @@ def text_units(data, starts, ends, lower, props, word, lowercase,
     any_token = False
     token_start = w
     while True:
-      if p < end:
+      if p >= end:
+        separator = True
+      elif data[p] < 0x80:
+        c = ascii_map[data[p]]
+        p += 1
+        separator = c == 0
+      else:
         c, size = _decode(data, p)
         p += size
-        if lowercase:
-          c = lower[c]
-        f = props[c]
-        if fold_digits and f & DIGIT:
-          c = 48
-          f = props[48]
-        if strip_punctuation:
-          separator = not f & WORD
-        else:
-          separator = f & SPACE != 0
-      else:
-        separator = True
+        c, separator = _map_codepoint(c, lower, props, lowercase,
+                                      strip_punctuation, fold_digits)
       if separator:
         if in_token and word:
           n = w - token_start
