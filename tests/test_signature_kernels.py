@@ -32,12 +32,14 @@ def _reference(texts, unit, ngram, seed, k, sketch, **options):
   shingles, offsets, counts = text.shingle_batch(
       texts, unit=unit, ngram=ngram, seed=seed, **options)
   sigs = np.full((len(counts), k), 0xFFFFFFFF, dtype=np.uint32)
-  for i in np.flatnonzero(counts):
-    doc = shingles[offsets[i]:offsets[i + 1]]
-    bounds = np.array([0, len(doc)])
-    sigs[i] = (minhash.oph_batch(doc, bounds, k, seed) if sketch == "oph" else
-               minhash.minhash_batch(doc, bounds,
-                                     *minhash.permutations(k, seed)))[0]
+  signed = np.flatnonzero(counts)
+  flat = np.concatenate([shingles[offsets[i]:offsets[i + 1]] for i in signed]
+                        or [np.zeros(0, dtype=np.uint64)])
+  bounds = np.zeros(len(signed) + 1, dtype=np.int64)
+  np.cumsum(np.diff(offsets)[signed], out=bounds[1:])
+  sigs[signed] = (minhash.oph_batch(flat, bounds, k, seed) if sketch == "oph"
+                  else minhash.minhash_batch(flat, bounds,
+                                             *minhash.permutations(k, seed)))
   return sigs, counts
 
 
