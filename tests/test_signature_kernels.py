@@ -140,3 +140,15 @@ def test_unknown_sketch_or_unit_raises():
                     sketch="bottom-k")
   with pytest.raises(ValueError, match="unit"):
     signature_batch(["a"], unit="sentence", ngram=2, seed=1, a=a, b=b)
+
+
+def test_densest_batches():
+  # One-byte words between one-byte separators: the most units per byte.
+  texts = ["a b c d e f g", "x", "q,r", "1"] * 40
+  a, b = minhash.permutations(16, 2)
+  for unit in ("word", "char"):
+    sigs, counts = signature_batch(texts, unit=unit, ngram=2, seed=2, a=a,
+                                   b=b)
+    expected, expected_counts = _reference(texts, unit, 2, 2, 16, "classic")
+    np.testing.assert_array_equal(counts, expected_counts)
+    np.testing.assert_array_equal(sigs, expected)

@@ -92,7 +92,10 @@ def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
       else:
         break
   norm = np.empty(2 * len(data) + 8 if word else 1, dtype=np.uint8)
-  units = np.empty(max(len(data), 1), dtype=np.uint64)
+  # Words are separated by at least one byte: at most (length + 1) // 2 per
+  # document; characters at most one per byte.
+  units = np.empty(len(data) // 2 + len(arr) + 1 if word else len(data) + 1,
+                   dtype=np.uint64)
   unit_offsets = np.empty(len(arr) + 1, dtype=np.int64)
   long_tokens = np.empty((len(norm) // (jit.XXH3_MAX_LEN + 1) + 1, 3),
                          dtype=np.int64)
