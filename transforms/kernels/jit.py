@@ -40,6 +40,8 @@ _S64 = np.array([int.from_bytes(_SECRET[i:i + 8], "little")
                  for i in range(len(_SECRET) - 7)], dtype=np.uint64)
 # Bits of the per-code-point property table (see text.codepoint_tables).
 KNOWN, WORD, SPACE, DIGIT, STABLE = 1, 2, 4, 8, 16
+# Densification probes per bin precomputed once per batch.
+_PROBE_TABLE = 16
 # Longer tokens take XXH3's long-input path; the caller hashes those (rare)
 # with the xxhash package instead.
 XXH3_MAX_LEN = 240
@@ -341,6 +343,11 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
   shingles = np.empty(longest, dtype=np.uint64)
   row = np.empty(k, dtype=np.uint64)
   kk = _U64(k)
+  # The first probes of every bin, shared by all documents of the batch.
+  probes = np.empty((k if oph else 0, _PROBE_TABLE), dtype=np.int64)
+  for i in range(probes.shape[0]):
+    for t in range(_PROBE_TABLE):
+      probes[i, t] = _probe(probe_key, i, t + 1, kk)
   for d in range(n_docs):
     start, end = offsets[d], offsets[d + 1]
     n = end - start
@@ -382,11 +389,18 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
       if row[i] != _EMPTY:
         out[d, i] = row[i]
         continue
-      attempt = _U64(1)
+      attempt = 1
       while True:
-        probe = _fmix64(probe_key ^ ((_U64(i) << _U64(32)) | attempt))
-        source = ((probe >> _U64(32)) * kk) >> _U64(32)
+        source = (probes[i, attempt - 1] if attempt <= _PROBE_TABLE else
+                  _probe(probe_key, i, attempt, kk))
         if row[source] != _EMPTY:
           out[d, i] = row[source]
           break
-        attempt += _U64(1)
+        attempt += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _probe(probe_key, i, attempt, k):
+  """p(i, attempt): the bin that empty bin i tries at that attempt."""
+  h = _fmix64(probe_key ^ ((_U64(i) << _U64(32)) | _U64(attempt)))
+  return np.int64(((h >> _U64(32)) * k) >> _U64(32))
