@@ -22,7 +22,6 @@ _FM1 = np.uint64(0xFF51AFD7ED558CCD)
 _FM2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 # xxHash 0.8 (XXH3) constants and its default 192-byte secret.
-_P32_1 = np.uint64(0x9E3779B1)
 _P64_1 = np.uint64(0x9E3779B185EBCA87)
 _P64_2 = np.uint64(0xC2B2AE3D27D4EB4F)
 _P64_3 = np.uint64(0x165667B19E3779F9)
@@ -324,6 +323,13 @@ def text_units(data, starts, ends, lower, props, word, lowercase,
 
 
 @numba.njit(cache=True, nogil=True)
+def _probe(probe_key, i, attempt, k):
+  """p(i, attempt): the bin that empty bin i tries at that attempt."""
+  h = _fmix64(probe_key ^ ((_U64(i) << _U64(32)) | _U64(attempt)))
+  return np.int64(((h >> _U64(32)) * k) >> _U64(32))
+
+
+@numba.njit(cache=True, nogil=True)
 def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
                 out):
   """Signature rows of the documents ``units[offsets[i]:offsets[i+1]]``.
@@ -398,9 +404,3 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
           break
         attempt += 1
 
-
-@numba.njit(cache=True, nogil=True)
-def _probe(probe_key, i, attempt, k):
-  """p(i, attempt): the bin that empty bin i tries at that attempt."""
-  h = _fmix64(probe_key ^ ((_U64(i) << _U64(32)) | _U64(attempt)))
-  return np.int64(((h >> _U64(32)) * k) >> _U64(32))

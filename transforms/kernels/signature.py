@@ -84,7 +84,8 @@ def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
         # NFKC could change these: normalise them in Python, check again
         # only for code points the tables have not seen.
         fixed = pa.array(unstable)
-        arr = pc.replace_with_mask(arr, fixed, text.nfkc_array(arr.filter(fixed)))
+        arr = pc.replace_with_mask(arr, fixed,
+                                   text.nfkc_array(arr.filter(fixed)))
         data, starts, ends = _buffers(arr)
         unknown = np.empty(len(data) + 1, dtype=np.int64)
         check &= ~unstable

@@ -95,28 +95,38 @@ def learn_codepoints(codepoints: np.ndarray) -> None:
   combining class 0 and is not the second half of a canonical composition.
   """
   with _TABLES_LOCK:
-    todo = np.unique(np.asarray(codepoints, dtype=np.int64))
+    todo = _unknown(codepoints)
     while len(todo):
-      todo = todo[(_PROPS[todo] & jit.KNOWN) == 0]
       chars = [chr(c) for c in todo.tolist()]
       arr = pa.array(chars, type=pa.string())
-      lowered = pc.utf8_lower(arr).to_pylist()
-      if any(len(low) != 1 for low in lowered):
+      lowered = [ord(low) for low in pc.utf8_lower(arr).to_pylist()
+                 if len(low) == 1]
+      if len(lowered) != len(chars):
         raise RuntimeError("pyarrow's utf8_lower maps a code point to several")
       props = np.full(len(todo), jit.KNOWN, dtype=np.uint8)
-      for bit, flag in ((jit.WORD, pc.invert(pc.match_substring_regex(
-          arr, _NOT_WORD))), (jit.SPACE, pc.match_substring_regex(arr, _SPACE)),
-                        (jit.DIGIT, pc.match_substring_regex(arr, _DIGIT))):
+      flags = {jit.WORD: pc.invert(pc.match_substring_regex(arr, _NOT_WORD)),
+               jit.SPACE: pc.match_substring_regex(arr, _SPACE),
+               jit.DIGIT: pc.match_substring_regex(arr, _DIGIT)}
+      for bit, flag in flags.items():
         props[flag.to_numpy(zero_copy_only=False)] |= bit
-      seconds = _composition_seconds() if len(todo) and todo[-1] >= 0x80 else ()
+      # NFKC is the identity on ASCII, and ASCII never composes.
+      seconds = _composition_seconds() if todo[-1] >= 0x80 else frozenset()
       stable = [c < 0x80 or (unicodedata.is_normalized("NFKC", ch)
                              and not unicodedata.combining(ch)
                              and c not in seconds)
                 for c, ch in zip(todo.tolist(), chars)]
       props[np.array(stable, dtype=bool)] |= jit.STABLE
-      _LOWER[todo] = [ord(low) for low in lowered]
+      # KNOWN goes in last: compiled readers in other threads trust an entry
+      # once they see it.
+      _LOWER[todo] = lowered
       _PROPS[todo] = props
-      todo = np.unique(_LOWER[todo].astype(np.int64))
+      todo = _unknown(lowered)
+
+
+def _unknown(codepoints) -> np.ndarray:
+  """The distinct code points that the tables do not know yet, sorted."""
+  codepoints = np.unique(np.asarray(codepoints, dtype=np.int64))
+  return codepoints[(_PROPS[codepoints] & jit.KNOWN) == 0]
 
 
 def _composition_seconds() -> frozenset:
