@@ -8,7 +8,7 @@ import apache_beam as beam
 
 from transforms.config import DedupConfig
 from transforms.documents import ReadDocuments
-from transforms.kernels.minhash import MINHASH_SCHEME
+from transforms.kernels.minhash import SKETCH_SCHEMES
 from transforms.kernels.text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
 from transforms.verify import ServeTextsFromFiles
@@ -20,7 +20,7 @@ def run_params(config: DedupConfig) -> dict:
   params = dataclasses.asdict(config)
   params["lsh_threshold"] = round(config.lsh_threshold, 6)
   params["shingle_scheme"] = SHINGLE_SCHEME
-  params["minhash_scheme"] = MINHASH_SCHEME
+  params["minhash_scheme"] = SKETCH_SCHEMES[config.sketch]
   return params
 
 

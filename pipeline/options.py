@@ -6,8 +6,8 @@ import dataclasses
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms.config import (KEEP_POLICIES, SHINGLE_UNITS, VERIFY_MODES,
-                               DedupConfig)
+from transforms.config import (KEEP_POLICIES, SHINGLE_UNITS, SKETCHES,
+                               VERIFY_MODES, DedupConfig)
 from transforms.documents import FORMATS
 
 _DEFAULTS = DedupConfig(bands=1, rows=1)
@@ -60,6 +60,11 @@ class DedupOptions(PipelineOptions):
                        help="Shingle size n (units per n-gram).")
     dedup.add_argument("--num_perm", type=int, default=_default("num_perm"),
                        help="MinHash permutations K (signature length).")
+    dedup.add_argument("--sketch", default=_default("sketch"),
+                       choices=SKETCHES,
+                       help="classic: K-permutation MinHash, O(n K) per"
+                       " document; oph: one-permutation hashing with optimal"
+                       " densification, O(n + K), same Jaccard estimator.")
     dedup.add_argument("--bands", type=int, default=None,
                        help="LSH bands b; with --rows, overrides --threshold's"
                        " choice. b*rows <= num_perm.")

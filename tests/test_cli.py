@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
+from transforms.kernels.minhash import OPH_SCHEME
 from tests.corpus import (read_jsonl, seed_corpus, stats_of, tree_bytes,
                           write_jsonl)
 
@@ -63,6 +64,23 @@ def test_seed_experiment_precision_and_recall(tmp_path, seed_input, verify):
   # Lowest id is kept: the planted copy is removed, its original stays.
   kept_ids = {r["id"] for r in kept_rows}
   assert all(a in kept_ids for a, b in predicted & truth)
+
+
+def test_oph_sketch_end_to_end(tmp_path, seed_input):
+  # One-permutation signatures go through the unchanged LSH, verification
+  # and components; 50-token documents with 3-grams leave most of the 128
+  # bins empty, so this also exercises densification at scale.
+  path, texts, truth = seed_input
+  out = run(tmp_path, [path], *SEED_ARGS, "--sketch", "oph")
+  predicted = predicted_pairs(out)
+  tp = len(predicted & truth)
+  precision, recall = tp / len(predicted), tp / len(truth)
+  assert precision >= 0.99, (precision, recall)
+  assert recall >= 0.94, (precision, recall)
+  stats = stats_of(out)
+  assert stats["kept"] + stats["removed"] + stats["rejected"] == len(texts)
+  assert stats["params"]["sketch"] == "oph"
+  assert stats["params"]["minhash_scheme"] == OPH_SCHEME
 
 
 def test_outputs_are_byte_identical_across_runs_and_workers(tmp_path):

@@ -75,6 +75,7 @@ def test_config_error_is_value_error():
     ({"threshold": 1.5}, "--threshold"),
     ({"threshold": -0.2}, "--threshold"),
     ({"verify": "minhash"}, "--verify"),
+    ({"sketch": "bottom-k"}, "--sketch"),
     ({"keep": "last"}, "--keep"),
     ({"seed": -1}, "--seed"),
     ({"min_tokens": 0}, "--min_tokens"),
@@ -95,6 +96,8 @@ def test_boundary_values_valid():
   DedupConfig(ngram=1, shingle_unit="char")
   DedupConfig(bands=128, rows=1, num_perm=128)
   DedupConfig(verify="none", keep="longest")
+  assert DedupConfig().sketch == "classic"
+  assert DedupConfig(sketch="oph").sketch == "oph"
 
 
 def test_frozen():

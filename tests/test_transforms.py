@@ -1,5 +1,6 @@
 """Each public PTransform on a TestPipeline (FnApiRunner) with assert_that."""
 
+import dataclasses
 import json
 
 import apache_beam as beam
@@ -87,7 +88,9 @@ def test_read_documents_keeps_raw_jsonl_line(tmp_path):
     assert_that(records, equal_to([line]))
 
 
-def test_normalize_shingle_minhash_match_the_kernels():
+@pytest.mark.parametrize("sketch", ["classic", "oph"])
+def test_normalize_shingle_minhash_match_the_kernels(sketch):
+  config = dataclasses.replace(CONFIG, sketch=sketch)
   texts = ["Hello,   World! The ＱＵＩＣＫ fox.", "a b", "", "one two three four"]
   expected_norm = tk.normalize_texts(texts).to_pylist()
   shingles, offsets = tk.ngram_hashes(
@@ -106,13 +109,15 @@ def test_normalize_shingle_minhash_match_the_kernels():
     assert_that(as_lists, equal_to(
         [(i, s.tolist()) for i, s in enumerate(expected_sets)]),
                 label="Shingles")
-    sigs = sets | MinHash(CONFIG) | "SigsToLists" >> beam.Map(
+    sigs = sets | MinHash(config) | "SigsToLists" >> beam.Map(
         lambda kv: (kv[0], kv[1].tolist()))
     expected_sigs = [
-        (i, mh.minhash_batch(s, np.array([0, len(s)]), a, b)[0].tolist())
+        (i, (mh.oph_batch(s, np.array([0, len(s)]), CONFIG.num_perm,
+                          CONFIG.seed) if sketch == "oph" else
+             mh.minhash_batch(s, np.array([0, len(s)]), a, b))[0].tolist())
         for i, s in enumerate(expected_sets) if len(s)]
     assert_that(sigs, equal_to(expected_sigs), label="Signatures")
-    fused = (docs | ComputeSignatures(CONFIG))
+    fused = (docs | ComputeSignatures(config))
     assert_that(fused["signatures"] | "FusedToLists" >> beam.FlatMap(
         unbatch_signatures), equal_to(expected_sigs), label="Fused")
     assert_that(by_stat(fused["counts"]), equal_to(
@@ -255,3 +260,7 @@ def test_config_round_trips_through_json_params():
   from pipeline.graph import run_params
   params = run_params(CONFIG)
   assert json.loads(json.dumps(params))["bands"] == 16
+  assert params["sketch"] == "classic"
+  assert params["minhash_scheme"] == mh.MINHASH_SCHEME
+  oph = run_params(dataclasses.replace(CONFIG, sketch="oph"))
+  assert oph["sketch"] == "oph" and oph["minhash_scheme"] == mh.OPH_SCHEME

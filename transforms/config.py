@@ -11,6 +11,7 @@ from typing import Optional
 from transforms.kernels.lsh import choose_bands_rows
 
 SHINGLE_UNITS = ("word", "char")
+SKETCHES = ("classic", "oph")
 VERIFY_MODES = ("exact", "signature", "none")
 KEEP_POLICIES = ("first", "longest")
 
@@ -29,15 +30,19 @@ class DedupConfig:
   pairs are missed); explicit values always win. The default weights 0.05 and
   0.95 over-generate candidates (S-curve threshold below ``threshold``: 16x8,
   ~0.71, for 0.8 and K=128) because verification removes false candidates
-  while nothing recovers a missed pair. An edge joins the duplicate graph
-  only if verification passes: ``exact`` (default) the true Jaccard of the
-  two shingle sets is >= ``threshold``; ``signature`` the fraction of equal
-  signature entries is; ``none`` keeps every candidate.
+  while nothing recovers a missed pair. ``sketch`` picks how the
+  ``num_perm`` signature entries are computed (classic K-permutation MinHash
+  or one-permutation hashing); everything downstream treats both alike. An
+  edge joins the duplicate graph only if verification passes: ``exact``
+  (default) the true Jaccard of the two shingle sets is >= ``threshold``;
+  ``signature`` the fraction of equal signature entries is; ``none`` keeps
+  every candidate.
   """
 
   shingle_unit: str = "word"
   ngram: int = 5
   num_perm: int = 128
+  sketch: str = "classic"
   bands: Optional[int] = None
   rows: Optional[int] = None
   threshold: float = 0.8
@@ -65,6 +70,10 @@ class DedupConfig:
     _check(_is_int(self.num_perm) and 1 <= self.num_perm <= 8192,
            f"num_perm={self.num_perm!r}: use an integer from 1 to 8192"
            " (--num_perm); 128 is typical.")
+    _check(self.sketch in SKETCHES,
+           f"sketch={self.sketch!r}: use classic (K-permutation MinHash) or"
+           " oph (one-permutation hashing, faster, same estimator) with"
+           " --sketch.")
     _check(isinstance(self.threshold, (int, float))
            and 0.0 < self.threshold <= 1.0,
            f"threshold={self.threshold!r}: use a Jaccard similarity in (0, 1]"

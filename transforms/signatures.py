@@ -68,7 +68,8 @@ class _PermutationsFn(_BatchFn):
 
 
 class _MinHashFn(_PermutationsFn):
-  """Shingle arrays → uint32 signatures; empty sets get no signature."""
+  """Shingle arrays → uint32 signatures (``config.sketch``); empty sets get
+  no signature."""
 
   def compute(self, ids, values):
     sizes = np.fromiter((len(v) for v in values), dtype=np.int64,
@@ -81,7 +82,11 @@ class _MinHashFn(_PermutationsFn):
     offsets = np.zeros(len(keep) + 1, dtype=np.int64)
     np.cumsum(sizes[keep], out=offsets[1:])
     flat = np.concatenate([values[i] for i in keep]).astype(np.uint64)
-    sigs = minhash_kernels.minhash_batch(flat, offsets, self._a, self._b)
+    if self._config.sketch == "oph":
+      sigs = minhash_kernels.oph_batch(flat, offsets, self._config.num_perm,
+                                       self._config.seed)
+    else:
+      sigs = minhash_kernels.minhash_batch(flat, offsets, self._a, self._b)
     for row, i in enumerate(keep):
       yield ids[i], sigs[row]
 
@@ -98,7 +103,7 @@ class _SignatureFn(_PermutationsFn):
     c = self._config
     sigs, unit_counts = signature_kernels.signature_batch(
         values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
-        b=self._b, **normalize_options(c))
+        b=self._b, sketch=c.sketch, **normalize_options(c))
     empty = unit_counts == 0
     short = ~empty & (unit_counts < c.min_tokens)
     signed = np.flatnonzero(~empty & ~short)

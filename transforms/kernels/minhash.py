@@ -1,7 +1,8 @@
-"""MinHash signatures with an exact, overflow-free permutation family.
+"""MinHash signatures: classic K-permutation MinHash and one-permutation
+hashing (OPH), both as uint32 ``(n_docs, K)`` rows compared entry by entry.
 
-Scheme (``MINHASH_SCHEME``): a shingle's 64-bit hash x is reduced to its low
-32 bits x32, and permutation i maps it to
+Classic scheme (``MINHASH_SCHEME``): a shingle's 64-bit hash x is reduced to
+its low 32 bits x32, and permutation i maps it to
 
     h_i(x) = ((a_i * x32 + b_i) mod 2**64) >> 32
 
@@ -9,22 +10,34 @@ with a_i, b_i uniform 64-bit values drawn from PCG64 seeded by the config's
 seed. This is Dietzfelbinger's multiply-add-shift family, 2-independent on
 32-bit keys; the mod 2**64 is exactly what uint64 arithmetic computes, so there
 is no silent overflow (unlike ``(a*x+b) mod (2**61-1)`` evaluated in uint64).
-A signature is the K per-permutation minima as uint32.
+A signature is the K per-permutation minima as uint32. Cost O(n K).
+
+OPH scheme (``OPH_SCHEME``): each shingle is hashed once, h = fmix64(x ^ k1);
+its bin is ``((h >> 32) * K) >> 32`` and its value ``h mod 2**32``; a bin
+keeps its minimum value. An empty bin i is filled by optimal densification
+(Shrivastava, ICML 2017): it copies the value of the first non-empty bin
+among ``p(i, 1), p(i, 2), ...`` with ``p(i, t) = ((fmix64(k2 ^ (i << 32 | t))
+>> 32) * K) >> 32``. k1, k2 come from PCG64 seeded by the config's seed, so
+every worker probes identically. Each entry of two signatures agrees with
+probability (about) their Jaccard similarity, also for documents with fewer
+shingles than bins. Cost O(n + K) per document (plus the probes of empty
+bins, K/m each when m bins are non-empty).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Tuple
 
 import numpy as np
 
+from transforms.kernels import jit
 from transforms.kernels.hashing import seeded_uint64
 
 MINHASH_SCHEME = "multiply-add-shift-u32-v1"
-_LOW32 = np.uint64(0xFFFFFFFF)
-_SHIFT = np.uint64(32)
-# Bound on the temporary (permutations x shingles) matrix, in elements.
-_BLOCK_ELEMENTS = 1 << 22
+OPH_SCHEME = "oph-fmix64-optimal-densification-v1"
+SKETCH_SCHEMES = {"classic": MINHASH_SCHEME, "oph": OPH_SCHEME}
+_NO_PERMUTATIONS = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
 
 
 def permutations(num_perm: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -33,44 +46,42 @@ def permutations(num_perm: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
   return seeded_uint64(seed, num_perm, 1), seeded_uint64(seed, num_perm, 2)
 
 
+@functools.lru_cache(maxsize=16)
+def oph_keys(seed: int) -> Tuple[np.uint64, np.uint64]:
+  """OPH's hash key k1 and probe key k2; identical on every worker."""
+  return seeded_uint64(seed, 1, 3)[0], seeded_uint64(seed, 1, 4)[0]
+
+
 def minhash_batch(shingles: np.ndarray, offsets: np.ndarray, a: np.ndarray,
                   b: np.ndarray) -> np.ndarray:
-  """Signatures of a batch of documents in the flat layout.
+  """Classic MinHash signatures of a batch of documents in the flat layout.
 
   ``shingles``: uint64 hashes of all documents concatenated; ``offsets``:
   int64, document i owns ``shingles[offsets[i]:offsets[i+1]]`` and every
   document must own at least one shingle. Returns uint32 ``(n_docs, K)``.
   """
-  offsets = np.asarray(offsets, dtype=np.int64)
+  return _sketch(shingles, offsets, len(a), a, b, False, 0)
+
+
+def oph_batch(shingles: np.ndarray, offsets: np.ndarray, num_perm: int,
+              seed: int) -> np.ndarray:
+  """One-permutation-hashing signatures (``OPH_SCHEME``) of a batch in the
+  layout of :func:`minhash_batch`; uint32 ``(n_docs, num_perm)``."""
+  a, b = _NO_PERMUTATIONS
+  return _sketch(shingles, offsets, num_perm, a, b, True, seed)
+
+
+def _sketch(shingles, offsets, k, a, b, oph, seed):
+  offsets = np.ascontiguousarray(offsets, dtype=np.int64)
   n_docs = len(offsets) - 1
   if n_docs and np.any(np.diff(offsets) <= 0):
     raise ValueError("every document needs at least one shingle")
-  x = (np.asarray(shingles, dtype=np.uint64) & _LOW32)
-  k = len(a)
   out = np.empty((n_docs, k), dtype=np.uint32)
-  if n_docs == 0:
-    return out
-  # Block over documents so that the temporary stays cache-friendly.
-  doc_block = _doc_blocks(offsets, k)
-  for lo, hi in doc_block:
-    seg = x[offsets[lo]:offsets[hi]]
-    starts = offsets[lo:hi] - offsets[lo]
-    hashed = (a[:, None] * seg[None, :] + b[:, None]) >> _SHIFT
-    out[lo:hi] = np.minimum.reduceat(hashed, starts, axis=1).T
+  if n_docs:
+    jit.sketch_rows(np.ascontiguousarray(shingles, dtype=np.uint64), offsets,
+                    0, np.uint64(0), oph, np.ascontiguousarray(a, np.uint64),
+                    np.ascontiguousarray(b, np.uint64), *oph_keys(seed), out)
   return out
-
-
-def _doc_blocks(offsets, k):
-  """Splits documents into runs whose shingles x K fit the block budget."""
-  per_block = max(1, _BLOCK_ELEMENTS // k)
-  n_docs = len(offsets) - 1
-  blocks, lo = [], 0
-  while lo < n_docs:
-    hi = int(np.searchsorted(offsets, offsets[lo] + per_block, side="right")) - 1
-    hi = min(max(hi, lo + 1), n_docs)
-    blocks.append((lo, hi))
-    lo = hi
-  return blocks
 
 
 def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:

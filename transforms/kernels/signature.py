@@ -1,39 +1,120 @@
-"""Raw text to MinHash signatures for a batch: the whole per-document stage
-(normalise, shingle, hash, MinHash) as one kernel call."""
+"""Raw text to signatures for a batch: the whole per-document stage
+(normalise, shingle, hash, MinHash or OPH) as one kernel call.
+
+The result is bit-identical to ``text.shingle_batch`` followed by
+``minhash.minhash_batch`` / ``minhash.oph_batch``, but no Python code runs
+per token or per shingle: the Arrow string buffer goes straight to compiled
+code (``jit``) that lowercases, folds digits and splits through per-code-point
+tables, hashes words with xxh3, folds n-grams and sketches. Python's
+``unicodedata`` NFKC runs only on documents that hold a code point NFKC could
+change (pure-ASCII text never does).
+"""
 
 from __future__ import annotations
 
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
 
+from transforms.kernels import jit
 from transforms.kernels import minhash
 from transforms.kernels import text
+
+SKETCHES = tuple(minhash.SKETCH_SCHEMES)
 
 
 def signature_batch(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
                     seed: int, a: np.ndarray, b: np.ndarray, nfkc: bool = True,
                     lowercase: bool = True, strip_punctuation: bool = True,
-                    fold_digits: bool = False
+                    fold_digits: bool = False, sketch: str = "classic"
                     ) -> Tuple[np.ndarray, np.ndarray]:
   """Signatures of a batch of raw texts.
 
-  Returns ``(signatures, unit_counts)``: uint32 ``(n_docs, K)`` and the
-  number of units (words or characters) of each normalised document. A
-  document with no units has no shingles; its row is all ``0xFFFFFFFF`` and
-  must not be used.
+  Returns ``(signatures, unit_counts)``: uint32 ``(n_docs, K)`` with
+  ``K = len(a)`` and the number of units (words or characters) of each
+  normalised document. ``sketch`` is ``"classic"`` (K-permutation MinHash
+  with ``(a, b)``) or ``"oph"`` (one-permutation hashing keyed by ``seed``;
+  ``a`` and ``b`` only give K). A document with no units has no shingles;
+  its row is all ``0xFFFFFFFF`` and must not be used.
   """
-  shingles, offsets, unit_counts = text.shingle_batch(
-      texts, unit=unit, ngram=ngram, seed=seed, nfkc=nfkc,
-      lowercase=lowercase, strip_punctuation=strip_punctuation,
-      fold_digits=fold_digits)
-  sigs = np.full((len(unit_counts), len(a)), 0xFFFFFFFF, dtype=np.uint32)
-  signed = np.flatnonzero(unit_counts > 0)
-  if len(signed):
-    starts, ends = offsets[signed], offsets[signed + 1]
-    sub_offsets = np.zeros(len(signed) + 1, dtype=np.int64)
-    np.cumsum(ends - starts, out=sub_offsets[1:])
-    flat = (shingles if len(signed) == len(unit_counts) else
-            np.concatenate([shingles[s:e] for s, e in zip(starts, ends)]))
-    sigs[signed] = minhash.minhash_batch(flat, sub_offsets, a, b)
-  return sigs, unit_counts
+  if unit not in ("word", "char"):
+    raise ValueError(f"unknown shingle unit {unit!r}")
+  if sketch not in SKETCHES:
+    raise ValueError(f"unknown sketch {sketch!r}: use one of {SKETCHES}")
+  units, offsets = _units(texts, unit == "word", seed, nfkc=nfkc,
+                          lowercase=lowercase,
+                          strip_punctuation=strip_punctuation,
+                          fold_digits=fold_digits)
+  sigs = np.empty((len(offsets) - 1, len(a)), dtype=np.uint32)
+  jit.sketch_rows(units, offsets, ngram, np.uint64(seed), sketch == "oph",
+                  np.ascontiguousarray(a, np.uint64),
+                  np.ascontiguousarray(b, np.uint64),
+                  *minhash.oph_keys(seed), sigs)
+  return sigs, np.diff(offsets)
+
+
+def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
+           fold_digits):
+  """Unit hashes and offsets (``text.unit_hashes``'s layout) of the texts
+  normalised as ``text.normalize_texts`` would."""
+  arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(
+      texts, type=pa.string())
+  if isinstance(arr, pa.ChunkedArray):
+    arr = arr.combine_chunks()
+  arr = pc.fill_null(arr, "")
+  if not len(arr):
+    return np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64)
+  lower, props = text.codepoint_tables()
+  data, starts, ends = _buffers(arr)
+  # Only documents with non-ASCII text need the tables extended or NFKC.
+  scan = ~pc.string_is_ascii(arr).to_numpy(zero_copy_only=False)
+  if scan.any():
+    check = scan & nfkc
+    unstable = np.zeros(len(arr), dtype=bool)
+    unknown = np.empty(len(data) + 1, dtype=np.int64)
+    while True:
+      n_unknown = jit.scan_codepoints(data, starts, ends, scan, check, lower,
+                                      props, lowercase, unstable, unknown)
+      if n_unknown:
+        text.learn_codepoints(unknown[:n_unknown])
+      elif unstable.any():
+        # NFKC could change these: normalise them in Python, check again
+        # only for code points the tables have not seen.
+        fixed = pa.array(unstable)
+        arr = pc.replace_with_mask(arr, fixed,
+                                   text.nfkc_array(arr.filter(fixed)))
+        data, starts, ends = _buffers(arr)
+        unknown = np.empty(len(data) + 1, dtype=np.int64)
+        check &= ~unstable
+        unstable[:] = False
+      else:
+        break
+  norm = np.empty(2 * len(data) + 8 if word else 1, dtype=np.uint8)
+  # Words are separated by at least one byte: at most (length + 1) // 2 per
+  # document; characters at most one per byte.
+  units = np.empty(len(data) // 2 + len(arr) + 1 if word else len(data) + 1,
+                   dtype=np.uint64)
+  unit_offsets = np.empty(len(arr) + 1, dtype=np.int64)
+  long_tokens = np.empty((len(norm) // (jit.XXH3_MAX_LEN + 1) + 1, 3),
+                         dtype=np.int64)
+  n_long = jit.text_units(data, starts, ends, lower, props, word, lowercase,
+                          strip_punctuation, fold_digits, np.uint64(seed),
+                          norm, units, unit_offsets, long_tokens)
+  for u, start, end in long_tokens[:n_long].tolist():
+    units[u] = xxhash.xxh3_64_intdigest(norm[start:end].tobytes(), seed)
+  return units[:unit_offsets[-1]], unit_offsets
+
+
+def _buffers(arr):
+  """``(utf8 bytes, starts, ends)`` of a string array, without copying the
+  bytes."""
+  _, offset_buffer, data_buffer = arr.buffers()
+  offset_type = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+  bounds = np.frombuffer(offset_buffer, dtype=offset_type)[
+      arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+  data = (np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None
+          else np.zeros(0, dtype=np.uint8))
+  return data, bounds[:-1].copy(), bounds[1:].copy()

@@ -16,6 +16,7 @@ this package that keep ``SHINGLE_SCHEME``):
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from typing import List, Optional, Sequence, Tuple
 
@@ -24,12 +25,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from transforms.kernels import jit
 from transforms.kernels.hashing import GOLDEN, fmix64
 
 SHINGLE_SCHEME = "xxh3-fold-fmix64-v1"
 
 _NOT_WORD = r"[^\p{L}\p{M}\p{N}]+"
 _SPACE = r"[\s\p{Z}\p{Cc}]+"
+_DIGIT = r"\p{Nd}"
 
 
 def normalize_texts(texts: Sequence[Optional[str]], *, nfkc: bool = True,
@@ -46,21 +49,97 @@ def normalize_texts(texts: Sequence[Optional[str]], *, nfkc: bool = True,
       texts, type=pa.string())
   arr = pc.fill_null(arr, "")
   if nfkc:
-    arr = _nfkc(arr)
+    arr = nfkc_array(arr)
   if lowercase:
     arr = pc.utf8_lower(arr)
   if fold_digits:
-    arr = pc.replace_substring_regex(arr, pattern=r"\p{Nd}", replacement="0")
+    arr = pc.replace_substring_regex(arr, pattern=_DIGIT, replacement="0")
   arr = pc.replace_substring_regex(
       arr, pattern=_NOT_WORD if strip_punctuation else _SPACE, replacement=" ")
   return pc.utf8_trim_whitespace(arr)
 
 
-def _nfkc(arr):
+def nfkc_array(arr: pa.StringArray) -> pa.StringArray:
+  """NFKC of every string (Python's unicodedata)."""
   # Not pc.utf8_normalize: some pyarrow releases (25.0.1 among them) skip the
   # composition step and return NFKD for form="NFKC" (apache/arrow#51225).
   return pa.array([unicodedata.normalize("NFKC", s) for s in arr.to_pylist()],
                   type=arr.type)
+
+
+# Per-code-point tables for compiled normalisation (jit.text_units): the
+# lowercase mapping and property bits of every code point seen so far in this
+# process, each computed with the very functions normalize_texts applies.
+_LOWER = np.arange(0x110000, dtype=np.int32)
+_PROPS = np.zeros(0x110000, dtype=np.uint8)
+_TABLES_LOCK = threading.Lock()
+_COMPOSITION_SECONDS = []
+
+
+def codepoint_tables() -> Tuple[np.ndarray, np.ndarray]:
+  """``(lower, props)``: the lowercase code point and the ``jit`` property
+  bits (KNOWN, WORD, SPACE, DIGIT, STABLE) of every code point; ASCII is
+  always known, others once :func:`learn_codepoints` has seen them."""
+  if not _PROPS[0]:
+    learn_codepoints(np.arange(128, dtype=np.int64))
+  return _LOWER, _PROPS
+
+
+def learn_codepoints(codepoints: np.ndarray) -> None:
+  """Adds the given code points and their lowercase forms to the tables.
+
+  WORD, SPACE and DIGIT come from the regular expressions of
+  :func:`normalize_texts` and the lowercase form from ``pc.utf8_lower``, all
+  evaluated on the single code point. STABLE means NFKC leaves any string of
+  STABLE code points unchanged: the code point is its own NFKC form, has
+  combining class 0 and is not the second half of a canonical composition.
+  """
+  with _TABLES_LOCK:
+    todo = _unknown(codepoints)
+    while len(todo):
+      chars = [chr(c) for c in todo.tolist()]
+      arr = pa.array(chars, type=pa.string())
+      lowered = [ord(low) for low in pc.utf8_lower(arr).to_pylist()
+                 if len(low) == 1]
+      if len(lowered) != len(chars):
+        raise RuntimeError("pyarrow's utf8_lower maps a code point to several")
+      props = np.full(len(todo), jit.KNOWN, dtype=np.uint8)
+      flags = {jit.WORD: pc.invert(pc.match_substring_regex(arr, _NOT_WORD)),
+               jit.SPACE: pc.match_substring_regex(arr, _SPACE),
+               jit.DIGIT: pc.match_substring_regex(arr, _DIGIT)}
+      for bit, flag in flags.items():
+        props[flag.to_numpy(zero_copy_only=False)] |= bit
+      # NFKC is the identity on ASCII, and ASCII never composes.
+      seconds = _composition_seconds() if todo[-1] >= 0x80 else frozenset()
+      stable = [c < 0x80 or (unicodedata.is_normalized("NFKC", ch)
+                             and not unicodedata.combining(ch)
+                             and c not in seconds)
+                for c, ch in zip(todo.tolist(), chars)]
+      props[np.array(stable, dtype=bool)] |= jit.STABLE
+      # KNOWN goes in last: compiled readers in other threads trust an entry
+      # once they see it.
+      _LOWER[todo] = lowered
+      _PROPS[todo] = props
+      todo = _unknown(lowered)
+
+
+def _unknown(codepoints) -> np.ndarray:
+  """The distinct code points that the tables do not know yet, sorted."""
+  codepoints = np.unique(np.asarray(codepoints, dtype=np.int64))
+  return codepoints[(_PROPS[codepoints] & jit.KNOWN) == 0]
+
+
+def _composition_seconds() -> frozenset:
+  """Code points that can merge into a preceding character under NFC: second
+  halves of canonical pairs and Hangul medial/final jamo (computed once)."""
+  if not _COMPOSITION_SECONDS:
+    seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
+    for c in range(0x110000):
+      parts = unicodedata.decomposition(chr(c)).split()
+      if len(parts) == 2 and not parts[0].startswith("<"):
+        seconds.add(int(parts[1], 16))
+    _COMPOSITION_SECONDS.append(frozenset(seconds))
+  return _COMPOSITION_SECONDS[0]
 
 
 def unit_hashes(normalized: pa.StringArray, unit: str,

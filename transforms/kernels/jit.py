@@ -1,0 +1,406 @@
+"""The compiled hot loops of the signature stage (numba, ``cache=True``).
+
+Three entry points, each compiled once per process (or loaded from numba's
+on-disk cache): :func:`scan_codepoints` (which documents need NFKC or new
+table entries), :func:`text_units` (normalise, split and hash units) and
+:func:`sketch_rows` (fold units into n-gram shingles, then classic MinHash or
+one-permutation hashing). All release the GIL. They reproduce the schemes
+documented in ``text.py`` and ``minhash.py`` bit for bit; tests compare them
+with the reference implementations (``xxhash``, pyarrow, numpy, Python).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_U64 = np.uint64
+_MASK32 = np.uint64(0xFFFFFFFF)
+_EMPTY = np.uint64(1 << 32)  # above every 32-bit value: marks an empty bin
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_FM1 = np.uint64(0xFF51AFD7ED558CCD)
+_FM2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+# xxHash 0.8 (XXH3) constants and its default 192-byte secret.
+_P64_1 = np.uint64(0x9E3779B185EBCA87)
+_P64_2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P64_3 = np.uint64(0x165667B19E3779F9)
+_PMX1 = np.uint64(0x165667919E3779F9)
+_PMX2 = np.uint64(0x9FB21C651E98DF25)
+_SECRET = bytes.fromhex(
+    "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
+    "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
+    "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
+    "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"
+    "eac5ac8334d3ebc3c581a0fffa1363eb170ddd51b7f0da49d316552629d4689e"
+    "2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e")
+# The secret read as little-endian 64-bit words at every byte offset.
+_S64 = np.array([int.from_bytes(_SECRET[i:i + 8], "little")
+                 for i in range(len(_SECRET) - 7)], dtype=np.uint64)
+# Bits of the per-code-point property table (see text.codepoint_tables).
+KNOWN, WORD, SPACE, DIGIT, STABLE = 1, 2, 4, 8, 16
+# Densification probes per bin precomputed once per batch.
+_PROBE_TABLE = 16
+# Longer tokens take XXH3's long-input path; the caller hashes those (rare)
+# with the xxhash package instead.
+XXH3_MAX_LEN = 240
+
+
+@numba.njit(cache=True, nogil=True)
+def _fmix64(h):
+  h ^= h >> _U64(33)
+  h *= _FM1
+  h ^= h >> _U64(33)
+  h *= _FM2
+  return h ^ (h >> _U64(33))
+
+
+@numba.njit(cache=True, nogil=True)
+def _read64(buf, p):
+  return (_U64(buf[p]) | (_U64(buf[p + 1]) << _U64(8))
+          | (_U64(buf[p + 2]) << _U64(16)) | (_U64(buf[p + 3]) << _U64(24))
+          | (_U64(buf[p + 4]) << _U64(32)) | (_U64(buf[p + 5]) << _U64(40))
+          | (_U64(buf[p + 6]) << _U64(48)) | (_U64(buf[p + 7]) << _U64(56)))
+
+
+@numba.njit(cache=True, nogil=True)
+def _read32(buf, p):
+  return (_U64(buf[p]) | (_U64(buf[p + 1]) << _U64(8))
+          | (_U64(buf[p + 2]) << _U64(16)) | (_U64(buf[p + 3]) << _U64(24)))
+
+
+@numba.njit(cache=True, nogil=True)
+def _mul128_fold64(x, y):
+  x_lo, x_hi = x & _MASK32, x >> _U64(32)
+  y_lo, y_hi = y & _MASK32, y >> _U64(32)
+  lo_lo = x_lo * y_lo
+  hi_lo = x_hi * y_lo
+  lo_hi = x_lo * y_hi
+  cross = (lo_lo >> _U64(32)) + (hi_lo & _MASK32) + lo_hi
+  upper = (hi_lo >> _U64(32)) + (cross >> _U64(32)) + x_hi * y_hi
+  lower = (cross << _U64(32)) | (lo_lo & _MASK32)
+  return lower ^ upper
+
+
+@numba.njit(cache=True, nogil=True)
+def _xxh3_avalanche(h):
+  h ^= h >> _U64(37)
+  h *= _PMX1
+  return h ^ (h >> _U64(32))
+
+
+@numba.njit(cache=True, nogil=True)
+def _mix16(buf, p, key_lo, key_hi, seed):
+  # The secret words arrive as values, not offsets: numba would compile one
+  # specialisation per literal offset.
+  return _mul128_fold64(_read64(buf, p) ^ (key_lo + seed),
+                        _read64(buf, p + 8) ^ (key_hi - seed))
+
+
+@numba.njit(cache=True, nogil=True)
+def xxh3_64(buf, p, n, seed):
+  """``xxh3_64_intdigest(bytes(buf[p:p+n]), seed)`` for ``n <= 240``."""
+  ln = _U64(n)
+  if n <= 16:
+    if n > 8:
+      lo = _read64(buf, p) ^ ((_S64[24] ^ _S64[32]) + seed)
+      hi = _read64(buf, p + n - 8) ^ ((_S64[40] ^ _S64[48]) - seed)
+      swapped = _U64(0)
+      for k in range(8):
+        swapped |= ((lo >> _U64(8 * k)) & _U64(0xFF)) << _U64(56 - 8 * k)
+      return _xxh3_avalanche(ln + swapped + hi + _mul128_fold64(lo, hi))
+    if n >= 4:
+      s32 = seed & _MASK32
+      swapped = (((s32 & _U64(0xFF)) << _U64(24))
+                 | ((s32 & _U64(0xFF00)) << _U64(8))
+                 | ((s32 >> _U64(8)) & _U64(0xFF00)) | (s32 >> _U64(24)))
+      sd = seed ^ (swapped << _U64(32))
+      keyed = ((_read32(buf, p + n - 4) + (_read32(buf, p) << _U64(32)))
+               ^ ((_S64[8] ^ _S64[16]) - sd))
+      keyed ^= (((keyed << _U64(49)) | (keyed >> _U64(15)))
+                ^ ((keyed << _U64(24)) | (keyed >> _U64(40))))
+      keyed *= _PMX2
+      keyed ^= (keyed >> _U64(35)) + ln
+      keyed *= _PMX2
+      return keyed ^ (keyed >> _U64(28))
+    if n > 0:
+      combined = ((_U64(buf[p]) << _U64(16)) | (_U64(buf[p + (n >> 1)]) << _U64(24))
+                  | _U64(buf[p + n - 1]) | (ln << _U64(8)))
+      h = combined ^ (((_S64[0] ^ _S64[4]) & _MASK32) + seed)
+    else:
+      h = seed ^ (_S64[56] ^ _S64[64])
+    h ^= h >> _U64(33)
+    h *= _P64_2
+    h ^= h >> _U64(29)
+    h *= _P64_3
+    return h ^ (h >> _U64(32))
+  acc = ln * _P64_1
+  if n <= 128:
+    if n > 32:
+      if n > 64:
+        if n > 96:
+          acc += _mix16(buf, p + 48, _S64[96], _S64[104], seed)
+          acc += _mix16(buf, p + n - 64, _S64[112], _S64[120], seed)
+        acc += _mix16(buf, p + 32, _S64[64], _S64[72], seed)
+        acc += _mix16(buf, p + n - 48, _S64[80], _S64[88], seed)
+      acc += _mix16(buf, p + 16, _S64[32], _S64[40], seed)
+      acc += _mix16(buf, p + n - 32, _S64[48], _S64[56], seed)
+    acc += _mix16(buf, p, _S64[0], _S64[8], seed)
+    acc += _mix16(buf, p + n - 16, _S64[16], _S64[24], seed)
+    return _xxh3_avalanche(acc)
+  for i in range(8):
+    acc += _mix16(buf, p + 16 * i, _S64[16 * i], _S64[16 * i + 8], seed)
+  acc = _xxh3_avalanche(acc)
+  acc += _mix16(buf, p + n - 16, _S64[119], _S64[127], seed)
+  for i in range(8, n // 16):
+    acc += _mix16(buf, p + 16 * i, _S64[16 * i - 125],
+                  _S64[16 * i - 117], seed)
+  return _xxh3_avalanche(acc)
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode(data, p):
+  """The code point starting at ``data[p]`` (valid UTF-8) and its length."""
+  c = np.int64(data[p])
+  if c < 0x80:
+    return c, 1
+  if c < 0xE0:
+    return ((c & 0x1F) << 6) | (np.int64(data[p + 1]) & 0x3F), 2
+  if c < 0xF0:
+    return (((c & 0x0F) << 12) | ((np.int64(data[p + 1]) & 0x3F) << 6)
+            | (np.int64(data[p + 2]) & 0x3F)), 3
+  return (((c & 0x07) << 18) | ((np.int64(data[p + 1]) & 0x3F) << 12)
+          | ((np.int64(data[p + 2]) & 0x3F) << 6)
+          | (np.int64(data[p + 3]) & 0x3F)), 4
+
+
+@numba.njit(cache=True, nogil=True)
+def scan_codepoints(data, starts, ends, scan, check_stable, lower, props,
+                    lowercase, unstable, unknown):
+  """Checks the non-ASCII code points of the documents with ``scan[d]``.
+
+  Code points (or their lowercase forms) without ``KNOWN`` in ``props`` go
+  to ``unknown`` (with repeats); ``unstable[d]`` is set when ``check_stable[d]``
+  and a code point lacks ``STABLE`` (NFKC could change the document).
+  Returns the number of unknown entries; the tables are complete for these
+  documents when it is 0.
+  """
+  n = 0
+  for d in range(len(starts)):
+    if not scan[d]:
+      continue
+    p = starts[d]
+    while p < ends[d]:
+      if data[p] < 0x80:
+        p += 1
+        continue
+      c, size = _decode(data, p)
+      p += size
+      f = props[c]
+      if not f & KNOWN:
+        unknown[n] = c
+        n += 1
+        continue
+      if check_stable[d] and not f & STABLE:
+        unstable[d] = True
+      if lowercase and not props[lower[c]] & KNOWN:
+        unknown[n] = lower[c]
+        n += 1
+  return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _encode(out, w, c):
+  if c < 0x80:
+    out[w] = c
+    return w + 1
+  if c < 0x800:
+    out[w] = 0xC0 | (c >> 6)
+    out[w + 1] = 0x80 | (c & 0x3F)
+    return w + 2
+  if c < 0x10000:
+    out[w] = 0xE0 | (c >> 12)
+    out[w + 1] = 0x80 | ((c >> 6) & 0x3F)
+    out[w + 2] = 0x80 | (c & 0x3F)
+    return w + 3
+  out[w] = 0xF0 | (c >> 18)
+  out[w + 1] = 0x80 | ((c >> 12) & 0x3F)
+  out[w + 2] = 0x80 | ((c >> 6) & 0x3F)
+  out[w + 3] = 0x80 | (c & 0x3F)
+  return w + 4
+
+
+@numba.njit(cache=True, nogil=True)
+def _map_codepoint(c, lower, props, lowercase, strip_punctuation,
+                   fold_digits):
+  """``(normalised code point, is separator)``, as normalize_texts maps it."""
+  if lowercase:
+    c = lower[c]
+  f = props[c]
+  if fold_digits and f & DIGIT:
+    c = 48
+    f = props[48]
+  if strip_punctuation:
+    return c, not f & WORD
+  return c, f & SPACE != 0
+
+
+@numba.njit(cache=True, nogil=True)
+def text_units(data, starts, ends, lower, props, word, lowercase,
+               strip_punctuation, fold_digits, seed, norm, units,
+               unit_offsets, long_tokens):
+  """Normalises, splits and hashes the units of every document.
+
+  ``data[starts[i]:ends[i]]`` is document i as UTF-8, already NFKC-normal,
+  whose code points are all ``KNOWN`` in ``props`` (see
+  :func:`scan_codepoints`). Each code point is lowercased through ``lower``,
+  digit-folded and classified exactly as ``text.normalize_texts`` does, so a
+  unit is a maximal run of non-separators. Units (xxh3 word hashes, or
+  fmix64 code point hashes with one space between runs) go to
+  ``units[unit_offsets[i]:unit_offsets[i+1]]``. Word bytes are written to
+  ``norm``; a word longer than ``XXH3_MAX_LEN`` bytes gets a placeholder and
+  its (unit index, start, end) in ``norm`` goes to ``long_tokens``. Returns
+  the number of long words.
+  """
+  space = _fmix64(_U64(32) + seed)
+  # ASCII bytes map through a 128-entry table (0: separator; NUL always is).
+  ascii_map = np.empty(128, dtype=np.int64)
+  for c in range(128):
+    mapped, separator = _map_codepoint(c, lower, props, lowercase,
+                                       strip_punctuation, fold_digits)
+    ascii_map[c] = 0 if separator else mapped
+  n_long = 0
+  u = 0
+  w = 0
+  unit_offsets[0] = 0
+  for d in range(len(starts)):
+    p, end = starts[d], ends[d]
+    in_token = False
+    any_token = False
+    token_start = w
+    while True:
+      if p >= end:
+        separator = True
+      elif data[p] < 0x80:
+        c = ascii_map[data[p]]
+        p += 1
+        separator = c == 0
+      else:
+        c, size = _decode(data, p)
+        p += size
+        c, separator = _map_codepoint(c, lower, props, lowercase,
+                                      strip_punctuation, fold_digits)
+      if separator:
+        if in_token and word:
+          n = w - token_start
+          if n <= XXH3_MAX_LEN:
+            units[u] = xxh3_64(norm, token_start, n, seed)
+          else:
+            units[u] = 0
+            long_tokens[n_long, 0] = u
+            long_tokens[n_long, 1] = token_start
+            long_tokens[n_long, 2] = w
+            n_long += 1
+          u += 1
+        in_token = False
+        if p >= end:
+          break
+        continue
+      if not in_token:
+        if any_token and not word:
+          units[u] = space
+          u += 1
+        in_token = True
+        any_token = True
+        token_start = w
+      if word:
+        w = _encode(norm, w, c)
+      else:
+        units[u] = _fmix64(_U64(c) + seed)
+        u += 1
+    unit_offsets[d + 1] = u
+  return n_long
+
+
+@numba.njit(cache=True, nogil=True)
+def _probe(probe_key, i, attempt, k):
+  """p(i, attempt): the bin that empty bin i tries at that attempt."""
+  h = _fmix64(probe_key ^ ((_U64(i) << _U64(32)) | _U64(attempt)))
+  return np.int64(((h >> _U64(32)) * k) >> _U64(32))
+
+
+@numba.njit(cache=True, nogil=True)
+def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
+                out):
+  """Signature rows of the documents ``units[offsets[i]:offsets[i+1]]``.
+
+  With ``ngram >= 1`` the units are first folded into n-gram shingles (the
+  ``text.py`` scheme; fewer than n units give one shingle over all of them);
+  with ``ngram == 0`` they already are shingles. ``oph`` false: classic
+  MinHash with the permutations ``(a, b)`` (the ``minhash.py`` scheme); true:
+  one-permutation hashing into ``out.shape[1]`` bins keyed by ``oph_key``,
+  empty bins densified with probes keyed by ``probe_key``. A document with no
+  units gets an all-``0xFFFFFFFF`` row.
+  """
+  n_docs, k = out.shape
+  longest = 1
+  for d in range(n_docs):
+    longest = max(longest, offsets[d + 1] - offsets[d])
+  shingles = np.empty(longest, dtype=np.uint64)
+  row = np.empty(k, dtype=np.uint64)
+  kk = _U64(k)
+  # The first probes of every bin, shared by all documents of the batch.
+  probes = np.empty((k if oph else 0, _PROBE_TABLE), dtype=np.int64)
+  for i in range(probes.shape[0]):
+    for t in range(_PROBE_TABLE):
+      probes[i, t] = _probe(probe_key, i, t + 1, kk)
+  for d in range(n_docs):
+    start, end = offsets[d], offsets[d + 1]
+    n = end - start
+    if n == 0:
+      out[d, :] = 0xFFFFFFFF
+      continue
+    if ngram == 0:
+      m = n
+      for j in range(n):
+        shingles[j] = units[start + j]
+    else:
+      length = min(ngram, n)
+      m = n - length + 1
+      init = (_U64(length) * _GOLDEN) ^ seed
+      for j in range(m):
+        h = init
+        for t in range(length):
+          h = (h ^ units[start + j + t]) * _GOLDEN
+        shingles[j] = _fmix64(h)
+    if not oph:
+      row[:] = _MASK32
+      for j in range(m):
+        x = shingles[j] & _MASK32
+        for i in range(k):
+          row[i] = min(row[i], (a[i] * x + b[i]) >> _U64(32))
+      for i in range(k):
+        out[d, i] = row[i]
+      continue
+    row[:] = _EMPTY
+    for j in range(m):
+      h = _fmix64(shingles[j] ^ oph_key)
+      slot = ((h >> _U64(32)) * kk) >> _U64(32)
+      row[slot] = min(row[slot], h & _MASK32)
+    # Optimal densification (Shrivastava 2017): an empty bin i copies the
+    # first non-empty bin on its own probe sequence p(i, 1), p(i, 2), ...;
+    # the sequence is the same for every document, so two documents fill the
+    # bin from the same source bin whenever both have it non-empty.
+    for i in range(k):
+      if row[i] != _EMPTY:
+        out[d, i] = row[i]
+        continue
+      attempt = 1
+      while True:
+        source = (probes[i, attempt - 1] if attempt <= _PROBE_TABLE else
+                  _probe(probe_key, i, attempt, kk))
+        if row[source] != _EMPTY:
+          out[d, i] = row[source]
+          break
+        attempt += 1
+
