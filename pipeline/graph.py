@@ -1,4 +1,4 @@
-"""Assembly of the batch job: Read → NearDedup → Write (+ stats)."""
+"""Assembly of the batch job: Read → NearDedup → Write (+ stats, report)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from transforms.documents import ReadDocuments
 from transforms.kernels.minhash import MINHASH_SCHEME
 from transforms.kernels.text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
+from transforms.report import WriteReport
 from transforms.write import WriteResults, WriteStats
 
 
@@ -35,6 +36,10 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   written = ({"documents": read["documents"], "clusters": dedup["clusters"],
               "rejected": read["rejected"], "files": read["files"]}
              | "WriteResults" >> WriteResults(output))
-  return ((read["counts"], dedup["counts"], written)
-          | "AllCounts" >> beam.Flatten()
-          | "WriteStats" >> WriteStats(output, run_params(config)))
+  counts = ((read["counts"], dedup["counts"], written)
+            | "AllCounts" >> beam.Flatten())
+  stats = counts | "WriteStats" >> WriteStats(output, run_params(config))
+  _ = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
+        "documents": read["documents"]}
+       | "WriteReport" >> WriteReport(output))
+  return stats

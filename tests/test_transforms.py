@@ -13,6 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
                         FindCandidates, MinHash, NearDedup, Normalize,
                         ReadDocuments, SelectKept, Shingle, VerifyEdges)
+from transforms import metrics
 from transforms.documents import ROW_BITS
 from transforms.kernels import minhash as mh
 from transforms.kernels import text as tk
@@ -25,7 +26,10 @@ def pipeline():
 
 
 def by_stat(counts):
-  return counts | beam.CombinePerKey(sum)
+  """Summed counts, without the run-dependent worker_ms_* timings."""
+  return (counts
+          | beam.Filter(lambda kv: not metrics.is_timing(kv[0]))
+          | beam.CombinePerKey(sum))
 
 
 def test_read_documents_assigns_positional_ids_and_rejects_with_reasons(
@@ -125,12 +129,15 @@ def test_band_key_and_find_candidates_emit_star_edges():
   config = DedupConfig(num_perm=64, bands=16, rows=4, lsh_shards=4)
   with pipeline() as p:
     keyed = p | beam.Create(sigs) | BandKey(config)
-    found = keyed | FindCandidates()
+    found = keyed["keys"] | FindCandidates()
     assert_that(found["edges"], equal_to([(2, 5), (2, 9), (2, 7)]),
                 label="Edges")
+    # 14 buckets of {2, 5, 9} (size 3: log2 bin 1), 2 with 7 too (4: bin 2).
     assert_that(by_stat(found["counts"]), equal_to(
-        [("buckets_multi", 16), ("candidate_edges", 3)]), label="Counts")
-    shards = keyed | beam.Keys() | "DistinctShards" >> beam.Distinct()
+        [("buckets_multi", 16), ("candidate_edges", 3),
+         ("bucket_size_log2_01", 14), ("bucket_size_log2_02", 2)]),
+                label="Counts")
+    shards = keyed["keys"] | beam.Keys() | "DistinctShards" >> beam.Distinct()
     assert_that(shards | "AllInRange" >> beam.Filter(lambda s: 0 <= s < 4),
                 is_not_empty(), label="Shards")
 
@@ -144,7 +151,7 @@ def test_verify_edges_keeps_only_pairs_at_or_above_threshold():
     out = {"edges": edges, "signatures": signatures} | VerifyEdges(config)
     # 48/64, 32/64 pass; 31/64 and (2,4): 31/64 fail.
     assert_that(out["edges"], equal_to([(1, 2), (1, 3)]), label="Edges")
-    assert_that(out["counts"], equal_to([("verified_edges", 2)]),
+    assert_that(by_stat(out["counts"]), equal_to([("verified_edges", 2)]),
                 label="Counts")
 
 
@@ -161,7 +168,8 @@ def test_select_kept_one_per_cluster(keep, kept):
         (11, ClusterInfo(3, 3, False)), (20, ClusterInfo(20, 2, True)),
         (21, ClusterInfo(20, 2, False))]), label="Clusters")
     assert_that(by_stat(out["counts"]), equal_to(
-        [("clusters", 2), ("clustered_docs", 5)]), label="Counts")
+        [("clusters", 2), ("clustered_docs", 5),
+         ("cluster_size_log2_01", 2)]), label="Counts")
 
 
 def test_near_dedup_on_a_user_pcollection():

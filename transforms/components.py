@@ -75,12 +75,25 @@ class _StarRound(beam.PTransform):
     return small.edges, changed
 
 
+class _MeteredFn(beam.DoFn):
+  """Times its work as the ``components`` stage and counts nodes visited."""
+
+  def setup(self):
+    self._meter = metrics.StageMeter("components", "nodes")
+
+  def finish_bundle(self):
+    return self._meter.flush()
+
+
 @beam.typehints.with_output_types(Tuple[int, int])
-class _LargeStarFn(beam.DoFn):
+class _LargeStarFn(_MeteredFn):
 
   def process(self, element, stat):
     node, neighbors = element
-    larger, m = graph.large_star(node, np.fromiter(neighbors, dtype=np.int64))
+    with self._meter:
+      larger, m = graph.large_star(node, np.fromiter(neighbors,
+                                                     dtype=np.int64))
+    self._meter.done(1)
     if m != node and len(larger):
       yield metrics.count_tag(stat, len(larger))
     for v in larger.tolist():
@@ -88,13 +101,15 @@ class _LargeStarFn(beam.DoFn):
 
 
 @beam.typehints.with_output_types(Tuple[int, int])
-class _SmallStarFn(beam.DoFn):
+class _SmallStarFn(_MeteredFn):
 
   def process(self, element, stat):
     node, smaller = element
-    smaller = np.fromiter(smaller, dtype=np.int64)
-    members, m = graph.small_star(node, smaller)
-    moved = int(np.count_nonzero(np.unique(smaller) != m))
+    with self._meter:
+      smaller = np.fromiter(smaller, dtype=np.int64)
+      members, m = graph.small_star(node, smaller)
+      moved = int(np.count_nonzero(np.unique(smaller) != m))
+    self._meter.done(1)
     if moved:
       yield metrics.count_tag(stat, moved)
     for v in members.tolist():
@@ -118,7 +133,7 @@ class _Resolve(beam.PTransform):
                   | "UpAndDown" >> beam.FlatMap(_up_and_down)
                   | "GroupByNode" >> beam.GroupByKey()
                   | "Classify" >> beam.ParDo(_ClassifyFn()).with_outputs(
-                      "residual", "leaf", main="marks"))
+                      "residual", "leaf", metrics.COUNTS, main="marks"))
     uf = (classified.residual
           | "OneKey" >> beam.Map(lambda e: (None, e))
           | "GatherResidual" >> beam.GroupByKey()
@@ -128,7 +143,9 @@ class _Resolve(beam.PTransform):
                "uf": uf.labels}
               | "JoinByParent" >> beam.CoGroupByKey()
               | "Label" >> beam.FlatMap(_final_labels))
-    return labels, uf[metrics.COUNTS]
+    counts = ((classified[metrics.COUNTS], uf[metrics.COUNTS])
+              | "FlattenCounts" >> beam.Flatten())
+    return labels, counts
 
 
 def _up_and_down(edge):
@@ -138,17 +155,19 @@ def _up_and_down(edge):
 
 
 @beam.typehints.with_output_types(Tuple[int, str])
-class _ClassifyFn(beam.DoFn):
+class _ClassifyFn(_MeteredFn):
   """Per node: roots and unsettled nodes are marked; a leaf reports itself to
   its parent; unsettled nodes hand all their edges to the residual."""
 
   def process(self, element):
     node, incident = element
-    parents, children = [], []
-    for is_up, other in incident:
-      (parents if is_up else children).append(other)
-    role = graph.classify_node(np.asarray(parents, dtype=np.int64),
-                               np.asarray(children, dtype=np.int64))
+    with self._meter:
+      parents, children = [], []
+      for is_up, other in incident:
+        (parents if is_up else children).append(other)
+      role = graph.classify_node(np.asarray(parents, dtype=np.int64),
+                                 np.asarray(children, dtype=np.int64))
+    self._meter.done(1)
     if role == "leaf":
       yield beam.pvalue.TaggedOutput("leaf", (parents[0], node))
       return
@@ -161,7 +180,7 @@ class _ClassifyFn(beam.DoFn):
 
 
 @beam.typehints.with_output_types(Tuple[int, int])
-class _UnionFindFn(beam.DoFn):
+class _UnionFindFn(_MeteredFn):
 
   def __init__(self, max_residual_edges: int):
     self._max_residual_edges = max_residual_edges
@@ -170,15 +189,17 @@ class _UnionFindFn(beam.DoFn):
     _, edges = element
     # Both unsettled ends of an edge report it; the set counts it once.
     held = set()
-    for edge in edges:
-      held.add(edge)
-      if len(held) > self._max_residual_edges:
-        raise ResidualTooLargeError(
-            "Connected components did not converge: more than "
-            f"max_residual_edges={self._max_residual_edges} unsettled edges "
-            "remain after the last round. Raise --max_cc_rounds (or "
-            "--max_residual_edges if one worker can hold them).")
-    labels = graph.union_find_labels(sorted(held))
+    with self._meter:
+      for edge in edges:
+        held.add(edge)
+        if len(held) > self._max_residual_edges:
+          raise ResidualTooLargeError(
+              "Connected components did not converge: more than "
+              f"max_residual_edges={self._max_residual_edges} unsettled "
+              "edges remain after the last round. Raise --max_cc_rounds (or "
+              "--max_residual_edges if one worker can hold them).")
+      labels = graph.union_find_labels(sorted(held))
+    self._meter.done(len(labels))
     yield metrics.count_tag("cc_residual_edges", len(held))
     yield metrics.count_tag("cc_residual_nodes", len(labels))
     yield from labels.items()

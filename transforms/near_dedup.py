@@ -30,10 +30,9 @@ class NearDedup(beam.PTransform):
     c = self._config
     signed = docs | "ComputeSignatures" >> ComputeSignatures(c)
     signatures = signed["signatures"]
-    found = (signatures
-             | "BandKey" >> BandKey(c)
-             | "FindCandidates" >> FindCandidates())
-    counts = [signed["counts"], found["counts"]]
+    keyed = signatures | "BandKey" >> BandKey(c)
+    found = keyed["keys"] | "FindCandidates" >> FindCandidates()
+    counts = [signed["counts"], keyed["counts"], found["counts"]]
     edges = found["edges"]
     if c.verify == "signature":
       verified = ({"edges": edges, "signatures": signatures}

@@ -94,11 +94,17 @@ class _SignatureFn(_PermutationsFn):
   so neither is ever clustered.
   """
 
+  def setup(self):
+    super().setup()
+    self._meter = metrics.StageMeter("signatures", "documents")
+
   def compute(self, ids, values):
     c = self._config
-    sigs, unit_counts = signature_kernels.signature_batch(
-        values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
-        b=self._b, **_normalize_options(c))
+    with self._meter:
+      sigs, unit_counts = signature_kernels.signature_batch(
+          values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
+          b=self._b, **_normalize_options(c))
+    self._meter.done(len(values))
     empty = unit_counts == 0
     short = ~empty & (unit_counts < c.min_tokens)
     signed = np.flatnonzero(~empty & ~short)
@@ -109,6 +115,9 @@ class _SignatureFn(_PermutationsFn):
     yield metrics.count_tag("docs_signed", len(signed))
     for i in signed:
       yield ids[i], sigs[i]
+
+  def finish_bundle(self):
+    return self._meter.flush()
 
 
 class _Batched(beam.PTransform):

@@ -77,7 +77,14 @@ class _WritePartFn(beam.DoFn):
   def __init__(self, output: str):
     self._output = output
 
+  def setup(self):
+    self._meter = metrics.StageMeter("writing", "documents")
+
+  def finish_bundle(self):
+    return self._meter.flush()
+
   def process(self, element, files):
+    self._meter.start()
     (file_index, chunk), grouped = element
     source = files[file_index]
     clusters: Dict[int, tuple] = dict(grouped["cluster"])
@@ -103,6 +110,8 @@ class _WritePartFn(beam.DoFn):
       _write_lines(join_path(self._output, REJECTED_DIR,
                              part_name(file_index, chunk, "jsonl")),
                    [_json_line(r._asdict()) for r in rejected])
+    self._meter.stop()
+    self._meter.done(len(docs))
     yield metrics.count_tag("kept", len(kept))
     yield metrics.count_tag("removed", removed)
     yield metrics.count_tag("rejected", len(rejected))
@@ -170,16 +179,25 @@ def finalize_stats(counts: dict, params: dict) -> dict:
       "docs_signed", "buckets_multi", "cc_residual_edges",
       "cc_residual_nodes")}
   rejected_by_reason = {}
+  histograms = {metrics.BUCKET_SIZES: {}, metrics.CLUSTER_SIZES: {}}
   for name, value in counts.items():
-    if name.startswith("cc_changed_round_"):
+    # Timings vary run to run; stats.json stays byte-identical.
+    if name.startswith("cc_changed_round_") or metrics.is_timing(name):
       continue
-    if name.startswith("rejected_"):
+    histogram, _, log2_bin = name.rpartition("_")
+    if histogram in histograms:
+      histograms[histogram][int(log2_bin)] = value
+    elif name.startswith("rejected_"):
       rejected_by_reason[name[len("rejected_"):]] = value
     else:
       stats[name] = value
   rounds = params.get("max_cc_rounds", 0)
   changes = [counts.get(metrics.round_stat(i), 0) for i in range(1, rounds + 1)]
   stats["rejected_by_reason"] = rejected_by_reason
+  for histogram, bins in histograms.items():
+    # Entry k: sizes 2^k .. 2^(k+1)-1.
+    stats[histogram] = [bins.get(k, 0)
+                        for k in range(max(bins, default=-1) + 1)]
   stats["cc_changes_per_round"] = changes
   # Rounds that changed something, plus the one that confirmed convergence.
   busy = [i for i, c in enumerate(changes, 1) if c]
