@@ -40,6 +40,6 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
             | "AllCounts" >> beam.Flatten())
   stats = counts | "WriteStats" >> WriteStats(output, run_params(config))
   _ = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
-        "documents": read["documents"]}
-       | "WriteReport" >> WriteReport(output))
+        "files": read["files"]}
+       | "WriteReport" >> WriteReport(output, text_field, id_field))
   return stats

@@ -25,6 +25,9 @@ CLUSTER_SIZES = "cluster_size_log2"
 PROGRESS_LOGGER = "neardup.progress"
 # At most one progress line per stage and process in this many seconds.
 PROGRESS_INTERVAL_S = 5.0
+# A meter passes its units on to the counter and the log at most this often
+# (and at the end of each bundle): per-element calls cost microseconds.
+_METER_REPORT_S = 1.0
 
 
 def round_stat(index: int) -> str:
@@ -74,10 +77,10 @@ class StageMeter:
   ``with meter:`` (or ``start()`` … ``stop()``) adds the elapsed time of the
   enclosed work; keep yields outside, as fused downstream steps run inside a
   yield. ``done(n)`` adds n units to the ``<stage>_<unit>`` counter and to
-  the process's progress log.
-  ``flush()``, from ``finish_bundle``, returns the whole milliseconds so far
-  as a ``worker_ms_<stage>`` count (a windowed tagged output; the fraction
-  carries over to the next bundle).
+  the process's progress log (passed on at least every second and at the end
+  of the bundle). ``flush()``, from ``finish_bundle``, does the latter and
+  returns the whole milliseconds so far as a ``worker_ms_<stage>`` count (a
+  windowed tagged output; the fraction carries over to the next bundle).
   """
 
   def __init__(self, stage: str, unit: str):
@@ -86,6 +89,8 @@ class StageMeter:
     self._progress = counter(f"{stage}_{unit.replace(' ', '_')}")
     self._seconds = 0.0
     self._start = 0.0
+    self._pending = 0
+    self._reported = None
 
   def start(self) -> None:
     self._start = time.perf_counter()
@@ -101,11 +106,20 @@ class StageMeter:
     self.stop()
 
   def done(self, n: int) -> None:
-    if n:
-      self._progress.inc(n)
-      report_progress(self._stage, self._unit, n)
+    self._pending += n
+    now = time.monotonic()
+    if self._reported is None or now - self._reported >= _METER_REPORT_S:
+      self._report(now)
+
+  def _report(self, now: float) -> None:
+    self._reported = now
+    if self._pending:
+      self._progress.inc(self._pending)
+      report_progress(self._stage, self._unit, self._pending, now)
+      self._pending = 0
 
   def flush(self):
+    self._report(time.monotonic())
     ms = int(self._seconds * 1000)
     if not ms:
       return []

@@ -10,6 +10,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
 from transforms import report_render
+from transforms.documents import read_file, split_doc_id
 from transforms.report_render import LARGEST_CLUSTERS, MEMBERS_SHOWN
 
 REPORT_JSON = "report.json"
@@ -22,16 +23,20 @@ class WriteReport(beam.PTransform):
   Inputs (a dict): ``stats`` (the one stats dict :class:`WriteStats`
   returns), ``counts`` (all ``(stat, n)`` counts; the ``worker_ms_*`` ones
   give the stage timings), ``clusters`` (``(doc_id, ClusterInfo)``) and
-  ``documents`` (:class:`Document`). Only bounded data reaches one worker: the
+  ``files`` (:class:`InputFile`). Only bounded data reaches one worker: the
   ``LARGEST_CLUSTERS`` largest clusters (ties: lowest cluster id) and, per
-  cluster, ``MEMBERS_SHOWN`` members (the kept one, then lowest doc ids),
-  whose snippets are picked from ``documents`` with a side input of their
-  ids.
+  cluster, ``MEMBERS_SHOWN`` members (the kept one, then lowest doc ids).
+  Their texts are read again from the input files that hold them, each only
+  up to its last shown row, so the documents are neither kept nor shuffled
+  for the report.
   """
 
-  def __init__(self, output: str):
+  def __init__(self, output: str, text_field: str = "text",
+               id_field: str = "id"):
     super().__init__()
     self._output = output
+    self._text_field = text_field
+    self._id_field = id_field
 
   def expand(self, inputs):
     clusters = inputs["clusters"]
@@ -55,13 +60,17 @@ class WriteReport(beam.PTransform):
                    _member_of, beam.pvalue.AsSingleton(largest_ids))
                | "FirstMembers" >> beam.combiners.Top.SmallestPerKey(
                    MEMBERS_SHOWN))
-    shown_ids = (members
-                 | "MemberIds" >> beam.FlatMap(
-                     lambda kv: [doc_id for _, doc_id in kv[1]])
-                 | "ListShown" >> beam.combiners.ToList()
-                 | "SetShown" >> beam.Map(frozenset))
-    snippets = inputs["documents"] | "PickSnippets" >> beam.FlatMap(
-        _snippet_of, beam.pvalue.AsSingleton(shown_ids))
+    shown = {
+        "doc_id": members | "ShownByFile" >> beam.FlatMap(
+            lambda kv: [(split_doc_id(doc_id)[0], doc_id)
+                        for _, doc_id in kv[1]]),
+        "file": inputs["files"] | "KeyFiles" >> beam.Map(
+            lambda f: (f.index, f)),
+    }
+    snippets = (shown
+                | "GroupByFile" >> beam.CoGroupByKey()
+                | "ReadSnippets" >> beam.ParDo(
+                    _ReadSnippetsFn(self._text_field, self._id_field)))
     return inputs["stats"] | "WriteReportFiles" >> beam.Map(
         _write, self._output, beam.pvalue.AsSingleton(timings),
         beam.pvalue.AsSingleton(largest), beam.pvalue.AsList(members),
@@ -80,9 +89,26 @@ def _member_of(element, largest_ids):
     yield info.cluster_id, (not info.kept, doc_id)
 
 
-def _snippet_of(doc, shown_ids):
-  if doc.doc_id in shown_ids:
-    yield doc.doc_id, (doc.user_id, report_render.snippet(doc.text))
+class _ReadSnippetsFn(beam.DoFn):
+  """``(doc_id, (user id, snippet))`` of the shown rows of one input file."""
+
+  def __init__(self, text_field: str, id_field: str):
+    self._text_field = text_field
+    self._id_field = id_field
+
+  def process(self, element):
+    _, grouped = element
+    wanted = set(grouped["doc_id"])
+    if not wanted:
+      return
+    last = max(wanted)
+    source = next(iter(grouped["file"]))
+    for record in read_file(source, self._text_field, self._id_field):
+      if record.doc_id in wanted:
+        yield record.doc_id, (record.user_id,
+                              report_render.snippet(record.text))
+      if record.doc_id >= last:
+        return
 
 
 def _write(stats, output, timings, largest, members, snippets):
