@@ -291,3 +291,23 @@ def test_counters_carry_progress_histograms_and_timings(tmp_path):
   assert report["worker_seconds"] == {
       stage: counters[metrics.TIMING_PREFIX + stage] / 1000
       for stage in STAGES if metrics.TIMING_PREFIX + stage in counters}
+
+
+def test_snippets_are_read_back_from_text_and_parquet_inputs(tmp_path):
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  base = "red green blue yellow orange purple cyan magenta black white"
+  (tmp_path / "a.txt").write_text(
+      f"unrelated words in a line\n{base}\n{base.upper()} <b>!</b>\n",
+      encoding="utf-8")
+  pq.write_table(pa.table({"body": ["one more", base + " grey"],
+                           "key": [7, 8]}), tmp_path / "b.parquet")
+  out = str(tmp_path / "out")
+  assert main(["--input", str(tmp_path / "*"), "--output", out,
+               "--text_field", "body", "--id_field", "key",
+               "--threshold", "0.5"]) == 0
+  with open(os.path.join(out, "report.json"), encoding="utf-8") as f:
+    (cluster,) = json.load(f)["largest_clusters"]
+  assert [(m["id"], m["kept"], m["snippet"]) for m in cluster["members"]] == [
+      (None, True, base), (None, False, base.upper() + " <b>!</b>"),
+      (8, False, base + " grey")]
