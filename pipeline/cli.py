@@ -16,8 +16,8 @@ from apache_beam.runners.runner import PipelineState
 from pipeline import graph
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
                               config_from_options)
-from transforms.config import ConfigError
 from transforms import metrics
+from transforms.config import ConfigError
 from transforms.documents import expand_inputs
 from transforms.report import REPORT_HTML, REPORT_JSON, write_report_files
 from transforms.write import (CLUSTERS_DIR, DEDUPED_DIR, REJECTED_DIR,

@@ -90,9 +90,9 @@ class _LargeStarFn(_MeteredFn):
 
   def process(self, element, stat):
     node, neighbors = element
-    with self._meter:
-      larger, m = graph.large_star(node, np.fromiter(neighbors,
-                                                     dtype=np.int64))
+    self._meter.start()
+    larger, m = graph.large_star(node, np.fromiter(neighbors, dtype=np.int64))
+    self._meter.stop()
     self._meter.done(1)
     if m != node and len(larger):
       yield metrics.count_tag(stat, len(larger))
@@ -105,10 +105,11 @@ class _SmallStarFn(_MeteredFn):
 
   def process(self, element, stat):
     node, smaller = element
-    with self._meter:
-      smaller = np.fromiter(smaller, dtype=np.int64)
-      members, m = graph.small_star(node, smaller)
-      moved = int(np.count_nonzero(np.unique(smaller) != m))
+    self._meter.start()
+    smaller = np.fromiter(smaller, dtype=np.int64)
+    members, m = graph.small_star(node, smaller)
+    moved = int(np.count_nonzero(np.unique(smaller) != m))
+    self._meter.stop()
     self._meter.done(1)
     if moved:
       yield metrics.count_tag(stat, moved)
@@ -161,12 +162,13 @@ class _ClassifyFn(_MeteredFn):
 
   def process(self, element):
     node, incident = element
-    with self._meter:
-      parents, children = [], []
-      for is_up, other in incident:
-        (parents if is_up else children).append(other)
-      role = graph.classify_node(np.asarray(parents, dtype=np.int64),
-                                 np.asarray(children, dtype=np.int64))
+    self._meter.start()
+    parents, children = [], []
+    for is_up, other in incident:
+      (parents if is_up else children).append(other)
+    role = graph.classify_node(np.asarray(parents, dtype=np.int64),
+                               np.asarray(children, dtype=np.int64))
+    self._meter.stop()
     self._meter.done(1)
     if role == "leaf":
       yield beam.pvalue.TaggedOutput("leaf", (parents[0], node))
@@ -189,16 +191,17 @@ class _UnionFindFn(_MeteredFn):
     _, edges = element
     # Both unsettled ends of an edge report it; the set counts it once.
     held = set()
-    with self._meter:
-      for edge in edges:
-        held.add(edge)
-        if len(held) > self._max_residual_edges:
-          raise ResidualTooLargeError(
-              "Connected components did not converge: more than "
-              f"max_residual_edges={self._max_residual_edges} unsettled "
-              "edges remain after the last round. Raise --max_cc_rounds (or "
-              "--max_residual_edges if one worker can hold them).")
-      labels = graph.union_find_labels(sorted(held))
+    self._meter.start()
+    for edge in edges:
+      held.add(edge)
+      if len(held) > self._max_residual_edges:
+        raise ResidualTooLargeError(
+            "Connected components did not converge: more than "
+            f"max_residual_edges={self._max_residual_edges} unsettled edges "
+            "remain after the last round. Raise --max_cc_rounds (or "
+            "--max_residual_edges if one worker can hold them).")
+    labels = graph.union_find_labels(sorted(held))
+    self._meter.stop()
     self._meter.done(len(labels))
     yield metrics.count_tag("cc_residual_edges", len(held))
     yield metrics.count_tag("cc_residual_nodes", len(labels))

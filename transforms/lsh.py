@@ -51,16 +51,17 @@ class _BandKeyFn(beam.DoFn):
 
   def process(self, batch):
     c = self._config
-    with self._meter:
-      ids = np.fromiter((doc_id for doc_id, _ in batch), dtype=np.int64,
-                        count=len(batch))
-      sigs = np.stack([sig for _, sig in batch])
-      keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
-      ids = np.repeat(ids, c.bands)
-      shards = lsh_kernels.shard_of(keys, c.lsh_shards)
-      order = np.argsort(shards, kind="stable")
-      shards, keys, ids = shards[order], keys[order], ids[order]
-      bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True])
+    self._meter.start()
+    ids = np.fromiter((doc_id for doc_id, _ in batch), dtype=np.int64,
+                      count=len(batch))
+    sigs = np.stack([sig for _, sig in batch])
+    keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
+    ids = np.repeat(ids, c.bands)
+    shards = lsh_kernels.shard_of(keys, c.lsh_shards)
+    order = np.argsort(shards, kind="stable")
+    shards, keys, ids = shards[order], keys[order], ids[order]
+    bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True])
+    self._meter.stop()
     self._meter.done(len(batch))
     for lo, hi in zip(bounds[:-1], bounds[1:]):
       yield int(shards[lo]), (keys[lo:hi], ids[lo:hi])
@@ -101,9 +102,10 @@ class _CollideFn(beam.DoFn):
     for part_keys, part_ids in parts:
       keys.append(part_keys)
       ids.append(part_ids)
-    with self._meter:
-      keys = np.concatenate(keys)
-      src, dst, sizes = lsh_kernels.star_edges(keys, np.concatenate(ids))
+    self._meter.start()
+    keys = np.concatenate(keys)
+    src, dst, sizes = lsh_kernels.star_edges(keys, np.concatenate(ids))
+    self._meter.stop()
     self._meter.done(len(keys))
     if len(sizes):
       yield metrics.count_tag("buckets_multi", len(sizes))
@@ -176,15 +178,16 @@ class _CompareFn(beam.DoFn):
     if sig is None:
       return
     passed, checked = [], 0
-    with self._meter:
-      for dst, dst_sig in grouped["half"]:
-        checked += 1
-        equal = int(np.count_nonzero(sig == dst_sig))
-        if equal >= self._min_equal:
-          self._similarity.update(1000 * equal // len(sig))
-          passed.append(dst)
-        else:
-          self._rejected.inc()
+    self._meter.start()
+    for dst, dst_sig in grouped["half"]:
+      checked += 1
+      equal = int(np.count_nonzero(sig == dst_sig))
+      if equal >= self._min_equal:
+        self._similarity.update(1000 * equal // len(sig))
+        passed.append(dst)
+      else:
+        self._rejected.inc()
+    self._meter.stop()
     self._meter.done(checked)
     for dst in passed:
       yield src, dst

@@ -74,11 +74,11 @@ def is_timing(name: str) -> bool:
 class StageMeter:
   """Instruments one heavy DoFn; build it in ``setup()``.
 
-  ``with meter:`` (or ``start()`` … ``stop()``) adds the elapsed time of the
-  enclosed work; keep yields outside, as fused downstream steps run inside a
-  yield. ``done(n)`` adds n units to the ``<stage>_<unit>`` counter and to
-  the process's progress log (passed on at least every second and at the end
-  of the bundle). ``flush()``, from ``finish_bundle``, does the latter and
+  ``start()`` … ``stop()`` adds the elapsed time of the work in between;
+  keep yields outside, as fused downstream steps run inside a yield.
+  ``done(n)`` adds n units to the ``<stage>_<unit>`` counter and to the
+  process's progress log (passed on at most once a second and at the end of
+  the bundle). ``flush()``, from ``finish_bundle``, does the latter and
   returns the whole milliseconds so far as a ``worker_ms_<stage>`` count (a
   windowed tagged output; the fraction carries over to the next bundle).
   """
@@ -97,13 +97,6 @@ class StageMeter:
 
   def stop(self) -> None:
     self._seconds += time.perf_counter() - self._start
-
-  def __enter__(self):
-    self.start()
-    return self
-
-  def __exit__(self, *exc_info):
-    self.stop()
 
   def done(self, n: int) -> None:
     self._pending += n

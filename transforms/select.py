@@ -64,11 +64,12 @@ class _ChooseFn(beam.DoFn):
 
   def process(self, element):
     label, members = element
-    with self._meter:
-      members = sorted(members)
-      # Longest first, then lowest id; with equal lengths (policy "first")
-      # this is simply the lowest id, which is also the label.
-      kept = min(members, key=lambda m: (-m[1], m[0]))[0]
+    self._meter.start()
+    members = sorted(members)
+    # Longest first, then lowest id; with equal lengths (policy "first")
+    # this is simply the lowest id, which is also the label.
+    kept = min(members, key=lambda m: (-m[1], m[0]))[0]
+    self._meter.stop()
     size = len(members)
     self._meter.done(1)
     self._sizes.update(size)

@@ -100,10 +100,11 @@ class _SignatureFn(_PermutationsFn):
 
   def compute(self, ids, values):
     c = self._config
-    with self._meter:
-      sigs, unit_counts = signature_kernels.signature_batch(
-          values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
-          b=self._b, **_normalize_options(c))
+    self._meter.start()
+    sigs, unit_counts = signature_kernels.signature_batch(
+        values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
+        b=self._b, **_normalize_options(c))
+    self._meter.stop()
     self._meter.done(len(values))
     empty = unit_counts == 0
     short = ~empty & (unit_counts < c.min_tokens)
