@@ -5,22 +5,27 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from typing import List, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.runners.runner import PipelineState
 
 from pipeline import graph
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
                               config_from_options)
+from transforms import metrics
 from transforms.config import ConfigError
 from transforms.documents import expand_inputs
+from transforms.report import REPORT_HTML, REPORT_JSON, write_report_files
 from transforms.write import (CLUSTERS_DIR, DEDUPED_DIR, REJECTED_DIR,
                               STATS_FILE, join_path)
 
 DEFAULT_RUNNER = "FnApiRunner"
-_OUTPUTS = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE)
+_OUTPUTS = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE, REPORT_JSON,
+            REPORT_HTML)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -50,16 +55,54 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
 
+  show_progress()
+  metrics.reset_progress()
+  started = time.perf_counter()
   with beam.Pipeline(options=opts) as p:
     graph.build(p, patterns, opts.output, config, opts.input_format,
                 opts.text_field, opts.id_field)
+  if p.result.state == PipelineState.DONE:
+    _add_wall_time(opts.output, time.perf_counter() - started)
 
   stats_path = join_path(opts.output, STATS_FILE)
   if FileSystems.exists(stats_path):
     with FileSystems.open(stats_path) as f:
       stats = json.loads(f.read())
     print(summary(stats))
+    print(f"report: {join_path(opts.output, REPORT_HTML)}")
   return 0
+
+
+class _StderrHandler(logging.StreamHandler):
+  """Writes to the current ``sys.stderr``, even once it has been replaced."""
+
+  def __init__(self):
+    logging.Handler.__init__(self)  # pylint: disable=non-parent-init-called
+
+  @property
+  def stream(self):
+    return sys.stderr
+
+
+def show_progress() -> None:
+  """Sends the job's progress lines (logger ``neardup``, INFO) to stderr,
+  once, without raising Beam's own log level."""
+  logger = logging.getLogger("neardup")
+  if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s neardup %(message)s",
+                                           "%H:%M:%S"))
+    logger.addHandler(handler)
+  logger.setLevel(logging.INFO)
+  logger.propagate = False
+
+
+def _add_wall_time(output: str, seconds: float) -> None:
+  """Adds the job's wall time to the finished job's report, re-rendered."""
+  with FileSystems.open(join_path(output, REPORT_JSON)) as f:
+    report = json.loads(f.read())
+  report["wall_seconds"] = round(seconds, 3)
+  write_report_files(output, report)
 
 
 def _prepare_output(output: str, overwrite: bool) -> None:

@@ -1,4 +1,4 @@
-"""Assembly of the batch job: Read → NearDedup → Write (+ stats)."""
+"""Assembly of the batch job: Read → NearDedup → Write (+ stats, report)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from transforms.documents import ReadDocuments
 from transforms.kernels.minhash import SKETCH_SCHEMES
 from transforms.kernels.text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
+from transforms.report import WriteReport
 from transforms.verify import ServeTextsFromFiles
 from transforms.write import WriteResults, WriteStats
 
@@ -39,6 +40,10 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
               "files": read["files"]}
              | "WriteResults" >> WriteResults(output, id_field))
-  return ((read["counts"], dedup["counts"], written)
-          | "AllCounts" >> beam.Flatten()
-          | "WriteStats" >> WriteStats(output, run_params(config)))
+  counts = ((read["counts"], dedup["counts"], written)
+            | "AllCounts" >> beam.Flatten())
+  stats = counts | "WriteStats" >> WriteStats(output, run_params(config))
+  _ = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
+        "files": read["files"]}
+       | "WriteReport" >> WriteReport(output, text_field, id_field))
+  return stats

@@ -40,8 +40,8 @@ class DedupOptions(PipelineOptions):
                     help="Input file pattern(s), comma-separated; local or any"
                     " Beam filesystem (gs://, s3://). Sorted by path.")
     io.add_argument("--output",
-                    help="Output directory for deduped/, clusters/, rejected/"
-                    " and stats.json.")
+                    help="Output directory for deduped/, clusters/, rejected/,"
+                    " stats.json, report.json and report.html.")
     io.add_argument("--input_format", default="auto",
                     choices=("auto",) + FORMATS,
                     help="auto picks by extension: .jsonl/.ndjson/.json,"

@@ -110,11 +110,23 @@ def stats_of(out) -> dict:
     return json.load(f)
 
 
+# Measured times differ run to run; the rest of the report must not.
+_TIMED_REPORT_FIELDS = ("worker_seconds", "wall_seconds")
+
+
 def tree_bytes(out) -> dict:
-  """Every file under ``out`` as relative path -> bytes."""
+  """Every file under ``out`` as relative path -> bytes; ``report.json``
+  without its timings, ``report.html`` (its rendering, with them) left out."""
   files = {}
   for path in sorted(glob.glob(os.path.join(out, "**", "*"), recursive=True)):
-    if os.path.isfile(path):
-      with open(path, "rb") as f:
-        files[os.path.relpath(path, out)] = f.read()
+    name = os.path.relpath(path, out)
+    if not os.path.isfile(path) or name == "report.html":
+      continue
+    with open(path, "rb") as f:
+      files[name] = f.read()
+    if name == "report.json":
+      report = json.loads(files[name])
+      for field in _TIMED_REPORT_FIELDS:
+        report.pop(field, None)
+      files[name] = json.dumps(report, sort_keys=True).encode("utf-8")
   return files

@@ -1,4 +1,5 @@
-"""The config and kernels must import without Apache Beam."""
+"""The config, the kernels and the report renderer must import without
+Apache Beam."""
 
 import pathlib
 import pkgutil
@@ -11,6 +12,7 @@ _SCRIPT = """
 import importlib, pkgutil, sys
 import transforms.config
 import transforms.kernels
+import transforms.report_render
 names = sorted(m.name for m in pkgutil.iter_modules(transforms.kernels.__path__))
 for name in names:
   importlib.import_module("transforms.kernels." + name)

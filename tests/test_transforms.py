@@ -15,6 +15,7 @@ from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
                         FindCandidates, MinHash, NearDedup, Normalize,
                         ReadDocuments, SelectKept, Shingle, VerifyEdges,
                         VerifyExact)
+from transforms import metrics
 from transforms.documents import ROW_BITS, InputFile
 from transforms.verify import ServeTextsFromFiles
 from transforms.kernels import minhash as mh
@@ -27,8 +28,12 @@ def pipeline():
   return TestPipeline(runner="FnApiRunner")
 
 
-def by_stat(counts):
-  return counts | beam.CombinePerKey(sum)
+def by_stat(counts, label="Stats"):
+  """Summed counts, without the run-dependent worker_ms_* timings."""
+  return (counts
+          | f"{label}NoTimings" >> beam.Filter(
+              lambda kv: not metrics.is_timing(kv[0]))
+          | f"{label}Sum" >> beam.CombinePerKey(sum))
 
 
 def unbatch_signatures(batch):
@@ -47,7 +52,7 @@ def edge_pairs(edges):
 
 
 def without_shuffle_bytes(counts):
-  return counts | "SumCounts" >> beam.CombinePerKey(sum) | beam.Filter(
+  return by_stat(counts, "Counts") | "NoShuffleBytes" >> beam.Filter(
       lambda kv: not kv[0].startswith("shuffle_bytes_"))
 
 
@@ -159,10 +164,12 @@ def test_band_key_and_find_candidates_emit_star_edges():
     found = keyed["keys"] | FindCandidates(config.lsh_shards)
     assert_that(edge_pairs(found["edges"]),
                 equal_to([(2, 5), (2, 9), (2, 7)]), label="Edges")
+    # 14 buckets of {2, 5, 9} (size 3: log2 bin 1), 2 with 7 too (4: bin 2).
     assert_that(without_shuffle_bytes(found["counts"]), equal_to(
-        [("buckets_multi", 16), ("candidate_edges", 3)]), label="Counts")
-    assert_that(keyed["counts"] | "SumKeyBytes" >> beam.CombinePerKey(sum),
-                equal_to(
+        [("buckets_multi", 16), ("candidate_edges", 3),
+         ("bucket_size_log2_01", 14), ("bucket_size_log2_02", 2)]),
+                label="Counts")
+    assert_that(by_stat(keyed["counts"], "KeyBytes"), equal_to(
         [("shuffle_bytes_band_keys", 5 * 16 * 16)]), label="KeyBytes")
     shards = (keyed["keys"] | beam.Keys()
               | "DistinctShards" >> beam.Distinct())
@@ -233,7 +240,8 @@ def test_select_kept_one_per_cluster(keep, kept):
         (11, ClusterInfo(3, 3, False)), (20, ClusterInfo(20, 2, True)),
         (21, ClusterInfo(20, 2, False))]), label="Clusters")
     assert_that(without_shuffle_bytes(out["counts"]), equal_to(
-        [("clusters", 2), ("clustered_docs", 5)]), label="Counts")
+        [("clusters", 2), ("clustered_docs", 5),
+         ("cluster_size_log2_01", 2)]), label="Counts")
 
 
 def test_near_dedup_on_a_user_pcollection():

@@ -25,6 +25,7 @@ _EXPORTS = {
     "SelectKept": "transforms.select",
     "WriteResults": "transforms.write",
     "WriteStats": "transforms.write",
+    "WriteReport": "transforms.report",
     "NearDedup": "transforms.near_dedup",
 }
 

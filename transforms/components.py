@@ -75,14 +75,27 @@ class _StarRound(beam.PTransform):
     return small.edges, changed
 
 
+class _MeteredFn(beam.DoFn):
+  """Times its work as the ``components`` stage and counts nodes visited."""
+
+  def setup(self):
+    self._meter = metrics.StageMeter("components", "nodes")
+
+  def finish_bundle(self):
+    return self._meter.flush()
+
+
 @beam.typehints.with_output_types(Tuple[int, int])
-class _LargeStarFn(beam.DoFn):
+class _LargeStarFn(_MeteredFn):
 
   def process(self, element, stat):
     node, neighbors = element
+    self._meter.start()
     neighbors = np.fromiter(neighbors, dtype=np.int64)
-    yield metrics.shuffled("connected_components", 16 * len(neighbors))
     larger, m = graph.large_star(node, neighbors)
+    self._meter.stop()
+    self._meter.done(1)
+    yield metrics.shuffled("connected_components", 16 * len(neighbors))
     if m != node and len(larger):
       yield metrics.count_tag(stat, len(larger))
     for v in larger.tolist():
@@ -90,14 +103,17 @@ class _LargeStarFn(beam.DoFn):
 
 
 @beam.typehints.with_output_types(Tuple[int, int])
-class _SmallStarFn(beam.DoFn):
+class _SmallStarFn(_MeteredFn):
 
   def process(self, element, stat):
     node, smaller = element
+    self._meter.start()
     smaller = np.fromiter(smaller, dtype=np.int64)
-    yield metrics.shuffled("connected_components", 16 * len(smaller))
     members, m = graph.small_star(node, smaller)
     moved = int(np.count_nonzero(np.unique(smaller) != m))
+    self._meter.stop()
+    self._meter.done(1)
+    yield metrics.shuffled("connected_components", 16 * len(smaller))
     if moved:
       yield metrics.count_tag(stat, moved)
     for v in members.tolist():
@@ -121,7 +137,7 @@ class _Resolve(beam.PTransform):
                   | "UpAndDown" >> beam.FlatMap(_up_and_down)
                   | "GroupByNode" >> beam.GroupByKey()
                   | "Classify" >> beam.ParDo(_ClassifyFn()).with_outputs(
-                      "residual", "leaf", main="marks"))
+                      "residual", "leaf", metrics.COUNTS, main="marks"))
     uf = (classified.residual
           | "OneKey" >> beam.Map(lambda e: (None, e))
           | "GatherResidual" >> beam.GroupByKey()
@@ -131,7 +147,9 @@ class _Resolve(beam.PTransform):
                "uf": uf.labels}
               | "JoinByParent" >> beam.CoGroupByKey()
               | "Label" >> beam.FlatMap(_final_labels))
-    return labels, uf[metrics.COUNTS]
+    counts = ((classified[metrics.COUNTS], uf[metrics.COUNTS])
+              | "FlattenCounts" >> beam.Flatten())
+    return labels, counts
 
 
 def _up_and_down(edge):
@@ -141,17 +159,20 @@ def _up_and_down(edge):
 
 
 @beam.typehints.with_output_types(Tuple[int, str])
-class _ClassifyFn(beam.DoFn):
+class _ClassifyFn(_MeteredFn):
   """Per node: roots and unsettled nodes are marked; a leaf reports itself to
   its parent; unsettled nodes hand all their edges to the residual."""
 
   def process(self, element):
     node, incident = element
+    self._meter.start()
     parents, children = [], []
     for is_up, other in incident:
       (parents if is_up else children).append(other)
     role = graph.classify_node(np.asarray(parents, dtype=np.int64),
                                np.asarray(children, dtype=np.int64))
+    self._meter.stop()
+    self._meter.done(1)
     if role == "leaf":
       yield beam.pvalue.TaggedOutput("leaf", (parents[0], node))
       return
@@ -164,7 +185,7 @@ class _ClassifyFn(beam.DoFn):
 
 
 @beam.typehints.with_output_types(Tuple[int, int])
-class _UnionFindFn(beam.DoFn):
+class _UnionFindFn(_MeteredFn):
 
   def __init__(self, max_residual_edges: int):
     self._max_residual_edges = max_residual_edges
@@ -173,6 +194,7 @@ class _UnionFindFn(beam.DoFn):
     _, edges = element
     # Both unsettled ends of an edge report it; the set counts it once.
     held = set()
+    self._meter.start()
     for edge in edges:
       held.add(edge)
       if len(held) > self._max_residual_edges:
@@ -182,6 +204,8 @@ class _UnionFindFn(beam.DoFn):
             "remain after the last round. Raise --max_cc_rounds (or "
             "--max_residual_edges if one worker can hold them).")
     labels = graph.union_find_labels(sorted(held))
+    self._meter.stop()
+    self._meter.done(len(labels))
     yield metrics.count_tag("cc_residual_edges", len(held))
     yield metrics.count_tag("cc_residual_nodes", len(labels))
     yield from labels.items()

@@ -312,3 +312,11 @@ def _excerpt(record) -> str:
   else:
     text = json.dumps(record, default=str, ensure_ascii=False)
   return text[:_EXCERPT_CHARS]
+
+
+def read_file(input_file: InputFile, text_field: str = "text",
+              id_field: str = "id") -> Iterable[Any]:
+  """Every row of one input file in order, as the :class:`Document` or
+  :class:`Rejected` that :class:`ReadDocuments` makes of it (without adding
+  to its counters); stop iterating early to read only a prefix."""
+  return ReadFileFn(text_field, id_field).records(input_file)

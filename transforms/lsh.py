@@ -45,15 +45,25 @@ class _BandKeyFn(beam.DoFn):
   def __init__(self, config: DedupConfig):
     self._config = config
 
+  def setup(self):
+    self._meter = metrics.StageMeter("band_keys", "documents")
+
   def process(self, batch):
     c = self._config
     ids, sigs = batch
+    self._meter.start()
     keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
     ids = np.repeat(ids, c.bands)
+    shards = list(lsh_kernels.split_by_shard(
+        lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids))
+    self._meter.stop()
+    self._meter.done(len(sigs))
     yield metrics.shuffled("band_keys", keys.nbytes + ids.nbytes)
-    for shard, (shard_keys, shard_ids) in lsh_kernels.split_by_shard(
-        lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids):
+    for shard, (shard_keys, shard_ids) in shards:
       yield shard, (shard_keys, shard_ids)
+
+  def finish_bundle(self):
+    return self._meter.flush()
 
 
 class FindCandidates(beam.PTransform):
@@ -92,6 +102,7 @@ class _CollideFn(beam.DoFn):
 
   def setup(self):
     self._bucket_sizes = metrics.distribution("bucket_size")
+    self._meter = metrics.StageMeter("collision", "band keys")
 
   def process(self, element):
     _, parts = element
@@ -99,14 +110,22 @@ class _CollideFn(beam.DoFn):
     for part_keys, part_ids in parts:
       keys.append(part_keys)
       ids.append(part_ids)
-    src, dst, sizes = lsh_kernels.star_edges(np.concatenate(keys),
-                                             np.concatenate(ids))
+    self._meter.start()
+    keys = np.concatenate(keys)
+    src, dst, sizes = lsh_kernels.star_edges(keys, np.concatenate(ids))
+    batches = list(_edge_batches(src, dst, self._num_shards))
+    self._meter.stop()
+    self._meter.done(len(keys))
     if len(sizes):
       yield metrics.count_tag("buckets_multi", len(sizes))
+      yield from metrics.histogram_tags(metrics.BUCKET_SIZES, sizes)
       self._bucket_sizes.update(int(sizes.max()))
     if len(src):
       yield metrics.shuffled("candidate_edges", src.nbytes + dst.nbytes)
-      yield from _edge_batches(src, dst, self._num_shards)
+      yield from batches
+
+  def finish_bundle(self):
+    return self._meter.flush()
 
 
 def _edge_batches(src, dst, num_shards):

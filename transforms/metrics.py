@@ -2,19 +2,48 @@
 
 Every count that lands in ``stats.json`` is also a Beam counter of the same
 name in ``NAMESPACE`` so it shows on Dataflow/Flink dashboards while a job runs.
+Heavy DoFns also carry a :class:`StageMeter`: a ``<stage>_<unit>`` counter
+and a throttled progress log line as work is done, and their summed worker
+time as ``worker_ms_<stage>`` counts (for the run report, not stats.json).
 """
 
+import logging
+import threading
+import time
+
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
+
+from transforms.report_render import TIMING_PREFIX
 
 NAMESPACE = "neardup"
 COUNTS = "counts"
 SHUFFLE_PREFIX = "shuffle_bytes_"
+BUCKET_SIZES = "bucket_size_log2"
+CLUSTER_SIZES = "cluster_size_log2"
+PROGRESS_LOGGER = "neardup.progress"
+# At most one progress line per stage and process in this many seconds.
+PROGRESS_INTERVAL_S = 5.0
+# A meter passes its units on to the counter and the log at most this often
+# (and at the end of each bundle): per-element calls cost microseconds.
+_METER_REPORT_S = 1.0
 
 
 def round_stat(index: int) -> str:
   """Stat name of the edges re-pointed by connected-component round i."""
   return f"cc_changed_round_{index:03d}"
+
+
+def size_bin_stat(histogram: str, log2_bin: int) -> str:
+  """Stat name of bin k (sizes 2^k .. 2^(k+1)-1) of a size histogram."""
+  return f"{histogram}_{log2_bin:02d}"
+
+
+def log2_bins(sizes) -> np.ndarray:
+  """floor(log2(size)) of each positive integer size, exactly."""
+  return np.frexp(np.asarray(sizes, dtype=np.float64))[1].astype(np.int64) - 1
 
 
 def counter(name: str):
@@ -36,6 +65,96 @@ def shuffled(name: str, nbytes: int):
   """A count tag for the payload bytes a step sends into a shuffle
   (``shuffle_bytes`` in stats.json)."""
   return count_tag(SHUFFLE_PREFIX + name, nbytes)
+
+
+def histogram_tags(histogram: str, sizes):
+  """Count tags of the log2-binned ``sizes`` (one per non-empty bin)."""
+  bins = np.bincount(log2_bins(sizes)) if len(sizes) else []
+  return [count_tag(size_bin_stat(histogram, k), int(n))
+          for k, n in enumerate(bins) if n]
+
+
+def is_timing(name: str) -> bool:
+  return name.startswith(TIMING_PREFIX)
+
+
+class StageMeter:
+  """Instruments one heavy DoFn; build it in ``setup()``.
+
+  ``start()`` … ``stop()`` adds the elapsed time of the work in between;
+  keep yields outside, as fused downstream steps run inside a yield.
+  ``done(n)`` adds n units to the ``<stage>_<unit>`` counter and to the
+  process's progress log (passed on at most once a second and at the end of
+  the bundle). ``flush()``, from ``finish_bundle``, does the latter and
+  returns the whole milliseconds so far as a ``worker_ms_<stage>`` count (a
+  windowed tagged output; the fraction carries over to the next bundle).
+  """
+
+  def __init__(self, stage: str, unit: str):
+    self._stage = stage
+    self._unit = unit
+    self._progress = counter(f"{stage}_{unit.replace(' ', '_')}")
+    self._seconds = 0.0
+    self._start = 0.0
+    self._pending = 0
+    self._reported = None
+
+  def start(self) -> None:
+    self._start = time.perf_counter()
+
+  def stop(self) -> None:
+    self._seconds += time.perf_counter() - self._start
+
+  def done(self, n: int) -> None:
+    self._pending += n
+    now = time.monotonic()
+    if self._reported is None or now - self._reported >= _METER_REPORT_S:
+      self._report(now)
+
+  def _report(self, now: float) -> None:
+    self._reported = now
+    if self._pending:
+      self._progress.inc(self._pending)
+      report_progress(self._stage, self._unit, self._pending, now)
+      self._pending = 0
+
+  def flush(self):
+    self._report(time.monotonic())
+    ms = int(self._seconds * 1000)
+    if not ms:
+      return []
+    self._seconds -= ms / 1000
+    name = TIMING_PREFIX + self._stage
+    counter(name).inc(ms)
+    return [beam.pvalue.TaggedOutput(
+        COUNTS, GlobalWindows.windowed_value((name, ms)))]
+
+
+_progress_lock = threading.Lock()
+_progress = {}  # stage -> [total, first report, last line] (monotonic s)
+
+
+def report_progress(stage: str, unit: str, n: int, now: float = None) -> None:
+  """Adds n units to the stage's running total in this process and logs it
+  (INFO, logger ``neardup.progress``) unless a line for this stage was logged
+  less than ``PROGRESS_INTERVAL_S`` ago; a stage's first report always logs."""
+  now = time.monotonic() if now is None else now
+  with _progress_lock:
+    state = _progress.setdefault(stage, [0, now, None])
+    state[0] += n
+    if state[2] is not None and now - state[2] < PROGRESS_INTERVAL_S:
+      return
+    state[2] = now
+    total, elapsed = state[0], now - state[1]
+  rate = f" ({total / elapsed:,.0f}/s)" if elapsed > 0 else ""
+  logging.getLogger(PROGRESS_LOGGER).info("%s: %s %s processed%s", stage,
+                                          f"{total:,}", unit, rate)
+
+
+def reset_progress() -> None:
+  """Forgets the running totals, so a new run in this process starts at 0."""
+  with _progress_lock:
+    _progress.clear()
 
 
 class CountAs(beam.PTransform):

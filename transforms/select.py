@@ -60,17 +60,27 @@ class _ChooseFn(beam.DoFn):
 
   def setup(self):
     self._sizes = metrics.distribution("cluster_size")
+    self._meter = metrics.StageMeter("selection", "clusters")
+
+  def finish_bundle(self):
+    return self._meter.flush()
 
   def process(self, element):
     label, members = element
+    self._meter.start()
     members = sorted(members)
     # Longest first, then lowest id; with equal lengths (policy "first")
     # this is simply the lowest id, which is also the label.
     kept = min(members, key=lambda m: (-m[1], m[0]))[0]
+    self._meter.stop()
+    self._meter.done(1)
     size = len(members)
     yield metrics.shuffled("select_kept", 24 * size)
     self._sizes.update(size)
     yield metrics.count_tag("clusters", 1)
     yield metrics.count_tag("clustered_docs", size)
+    # bit_length() - 1 = floor(log2(size))
+    yield metrics.count_tag(metrics.size_bin_stat(
+        metrics.CLUSTER_SIZES, size.bit_length() - 1), 1)
     for node, _ in members:
       yield node, ClusterInfo(label, size, node == kept)

@@ -297,6 +297,10 @@ class _CompareFn(beam.DoFn):
 
   def setup(self):
     self._similarity = metrics.distribution("verified_similarity_permille")
+    self._meter = metrics.StageMeter("verification", "candidate edges")
+
+  def finish_bundle(self):
+    return self._meter.flush()
 
   def passes(self, ids, values, src_rows, dst_rows):
     """``(passed bool[m], similarity permille int[m])`` of the edges."""
@@ -313,10 +317,13 @@ class _CompareFn(beam.DoFn):
         edges.append(value[1])
     if not edges:
       return
+    self._meter.start()
     src, dst = concat_edges(edges)
     ids, values = _sorted_values(ids, values)
     passed, permille = self.passes(ids, values, lsh_kernels.rows_of(ids, src),
                                    lsh_kernels.rows_of(ids, dst))
+    self._meter.stop()
+    self._meter.done(len(src))
     for value in permille[passed].tolist():
       self._similarity.update(value)
     yield metrics.count_tag("verified_edges", int(passed.sum()))

@@ -6,6 +6,7 @@ parallelism: every file is written by one keyed group, in sorted doc-id order.
 
 from __future__ import annotations
 
+import collections
 import json
 from typing import Any, Dict, List
 
@@ -93,7 +94,14 @@ class _WriteFileFn(beam.DoFn):
     self._output = output
     self._id_field = id_field
 
+  def setup(self):
+    self._meter = metrics.StageMeter("writing", "documents")
+
+  def finish_bundle(self):
+    return self._meter.flush()
+
   def process(self, element):
+    self._meter.start()
     _, grouped = element
     source = next(iter(grouped["file"]))
     check_unchanged(source)
@@ -108,12 +116,12 @@ class _WriteFileFn(beam.DoFn):
       received += 16 + len(rejected.source) + len(rejected.reason) + len(
           rejected.excerpt)
     received += 32 * sum(len(p.clusters) for p in parts.values())
-    yield metrics.shuffled("write", received)
     if source.format == "parquet":
       chunks = self._parquet_chunks(source, parts)
     else:
       chunks = self._line_chunks(source, parts)
     totals = {"kept": 0, "removed": 0, "rejected": 0}
+    reasons = collections.Counter()
     for chunk, n_rows, kept, user_ids in chunks:
       part = parts.pop(chunk, None) or _Part()
       if part.last_row() >= (chunk << PART_ROW_BITS) + n_rows:
@@ -123,14 +131,18 @@ class _WriteFileFn(beam.DoFn):
       totals["kept"] += kept
       totals["removed"] += sum(not i.kept for i in part.clusters.values())
       totals["rejected"] += len(part.rejected)
-      for r in part.rejected:
-        yield metrics.count_tag("rejected_" + r.reason.split(":")[0], 1)
+      reasons.update(r.reason.split(":")[0] for r in part.rejected)
     if parts:
       raise InputChangedError(
           f"{source.path} has fewer rows than when it was read: it changed"
           " while the job ran; rerun on an unchanging snapshot.")
+    self._meter.stop()
+    self._meter.done(totals["kept"] + totals["removed"] + totals["rejected"])
+    yield metrics.shuffled("write", received)
     for name, value in totals.items():
       yield metrics.count_tag(name, value)
+    for reason, value in sorted(reasons.items()):
+      yield metrics.count_tag("rejected_" + reason, value)
 
   def _deduped_path(self, source, chunk):
     return join_path(self._output, DEDUPED_DIR, part_name(
@@ -302,10 +314,15 @@ def finalize_stats(counts: dict, params: dict) -> dict:
       "cc_residual_edges",
       "cc_residual_nodes")}
   rejected_by_reason, shuffle_bytes = {}, {}
+  histograms = {metrics.BUCKET_SIZES: {}, metrics.CLUSTER_SIZES: {}}
   for name, value in counts.items():
-    if name.startswith("cc_changed_round_"):
+    # Timings vary run to run; stats.json stays byte-identical.
+    if name.startswith("cc_changed_round_") or metrics.is_timing(name):
       continue
-    if name.startswith(metrics.SHUFFLE_PREFIX):
+    histogram, _, log2_bin = name.rpartition("_")
+    if histogram in histograms:
+      histograms[histogram][int(log2_bin)] = value
+    elif name.startswith(metrics.SHUFFLE_PREFIX):
       shuffle_bytes[name[len(metrics.SHUFFLE_PREFIX):]] = value
     elif name.startswith("rejected_"):
       rejected_by_reason[name[len("rejected_"):]] = value
@@ -315,6 +332,10 @@ def finalize_stats(counts: dict, params: dict) -> dict:
   changes = [counts.get(metrics.round_stat(i), 0) for i in range(1, rounds + 1)]
   stats["rejected_by_reason"] = rejected_by_reason
   stats["shuffle_bytes"] = shuffle_bytes
+  for histogram, bins in histograms.items():
+    # Entry k: sizes 2^k .. 2^(k+1)-1.
+    stats[histogram] = [bins.get(k, 0)
+                        for k in range(max(bins, default=-1) + 1)]
   stats["cc_changes_per_round"] = changes
   # Rounds that changed something, plus the one that confirmed convergence.
   busy = [i for i, c in enumerate(changes, 1) if c]

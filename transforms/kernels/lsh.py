@@ -159,6 +159,8 @@ def node_shard(ids: np.ndarray, num_shards: int) -> np.ndarray:
 def split_by_shard(shards: np.ndarray, *arrays: np.ndarray):
   """Yields ``(shard, [array[rows of that shard] ...])`` for every shard
   present, in shard order; rows keep their relative order."""
+  if not len(shards):
+    return
   order = np.argsort(shards, kind="stable")
   shards = shards[order]
   arrays = [a[order] for a in arrays]

@@ -1,0 +1,129 @@
+"""WriteReport: ``report.json`` and ``report.html`` written by the job itself,
+so they exist on runners whose launcher does not wait for the job."""
+
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import metrics
+from transforms import report_render
+from transforms.documents import read_file, split_doc_id
+from transforms.report_render import LARGEST_CLUSTERS, MEMBERS_SHOWN
+
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+
+
+class WriteReport(beam.PTransform):
+  """Writes the run report under ``output``.
+
+  Inputs (a dict): ``stats`` (the one stats dict :class:`WriteStats`
+  returns), ``counts`` (all ``(stat, n)`` counts; the ``worker_ms_*`` ones
+  give the stage timings), ``clusters`` (``(doc_id, ClusterInfo)``) and
+  ``files`` (:class:`InputFile`). Only bounded data reaches one worker: the
+  ``LARGEST_CLUSTERS`` largest clusters (ties: lowest cluster id) and, per
+  cluster, ``MEMBERS_SHOWN`` members (the kept one, then lowest doc ids).
+  Their texts are read again from the input files that hold them, each only
+  up to its last shown row, so the documents are neither kept nor shuffled
+  for the report.
+  """
+
+  def __init__(self, output: str, text_field: str = "text",
+               id_field: str = "id"):
+    super().__init__()
+    self._output = output
+    self._text_field = text_field
+    self._id_field = id_field
+
+  def expand(self, inputs):
+    clusters = inputs["clusters"]
+    timings = (inputs["counts"]
+               | "TimingsOnly" >> beam.Filter(lambda kv: metrics.is_timing(
+                   kv[0]))
+               | "SumTimings" >> beam.CombinePerKey(sum)
+               | "TimingsDict" >> beam.combiners.ToDict())
+    largest = (clusters
+               # The label is the cluster's minimum id, itself a member.
+               | "OnePerCluster" >> beam.Filter(
+                   lambda kv: kv[0] == kv[1].cluster_id)
+               | "ClusterSizes" >> beam.Map(
+                   lambda kv: (kv[0], kv[1].cluster_size))
+               | "Largest" >> beam.combiners.Top.Of(LARGEST_CLUSTERS,
+                                                    key=_size_then_lowest_id))
+    largest_ids = largest | "LargestIds" >> beam.Map(
+        lambda top: frozenset(cluster_id for cluster_id, _ in top))
+    members = (clusters
+               | "InLargest" >> beam.FlatMap(
+                   _member_of, beam.pvalue.AsSingleton(largest_ids))
+               | "FirstMembers" >> beam.combiners.Top.SmallestPerKey(
+                   MEMBERS_SHOWN))
+    shown = {
+        "doc_id": members | "ShownByFile" >> beam.FlatMap(
+            lambda kv: [(split_doc_id(doc_id)[0], doc_id)
+                        for _, doc_id in kv[1]]),
+        "file": inputs["files"] | "KeyFiles" >> beam.Map(
+            lambda f: (f.index, f)),
+    }
+    snippets = (shown
+                | "GroupByFile" >> beam.CoGroupByKey()
+                | "ReadSnippets" >> beam.ParDo(
+                    _ReadSnippetsFn(self._text_field, self._id_field)))
+    return inputs["stats"] | "WriteReportFiles" >> beam.Map(
+        _write, self._output, beam.pvalue.AsSingleton(timings),
+        beam.pvalue.AsSingleton(largest), beam.pvalue.AsList(members),
+        beam.pvalue.AsList(snippets))
+
+
+def _size_then_lowest_id(cluster):
+  cluster_id, size = cluster
+  return size, -cluster_id
+
+
+def _member_of(element, largest_ids):
+  doc_id, info = element
+  if info.cluster_id in largest_ids:
+    # Smallest first: the kept member, then by doc id.
+    yield info.cluster_id, (not info.kept, doc_id)
+
+
+class _ReadSnippetsFn(beam.DoFn):
+  """``(doc_id, (user id, snippet))`` of the shown rows of one input file."""
+
+  def __init__(self, text_field: str, id_field: str):
+    self._text_field = text_field
+    self._id_field = id_field
+
+  def process(self, element):
+    _, grouped = element
+    wanted = set(grouped["doc_id"])
+    if not wanted:
+      return
+    last = max(wanted)
+    source = next(iter(grouped["file"]))
+    for record in read_file(source, self._text_field, self._id_field):
+      if record.doc_id in wanted:
+        yield record.doc_id, (record.user_id,
+                              report_render.snippet(record.text))
+      if record.doc_id >= last:
+        return
+
+
+def _write(stats, output, timings, largest, members, snippets):
+  shown = {cluster_id: [(doc_id, not removed) for removed, doc_id in firsts]
+           for cluster_id, firsts in members}
+  report = report_render.assemble(stats, timings, largest, shown,
+                                  dict(snippets))
+  write_report_files(output, report)
+  return report
+
+
+def write_report_files(output: str, report: dict) -> None:
+  """Writes ``report.json`` and its rendering ``report.html``."""
+  with FileSystems.create(FileSystems.join(output, REPORT_JSON)) as handle:
+    handle.write(json.dumps(report, indent=2, ensure_ascii=False,
+                            default=str).encode("utf-8") + b"\n")
+  with FileSystems.create(FileSystems.join(output, REPORT_HTML)) as handle:
+    handle.write(report_render.render_html(report).encode("utf-8"))

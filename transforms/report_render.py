@@ -1,0 +1,388 @@
+"""The run report as data (``report.json``) and as one self-contained HTML
+page (``report.html``: inline CSS and SVG, no script, nothing fetched).
+
+Pure Python (no Beam import): the pipeline builds the report on a worker and
+the CLI re-renders it locally after adding the job's wall time.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+
+from transforms.kernels.lsh import collision_probability
+
+LARGEST_CLUSTERS = 20
+MEMBERS_SHOWN = 10
+SNIPPET_CHARS = 240
+S_CURVE_POINTS = 101
+TIMING_PREFIX = "worker_ms_"
+STAGES = ("signatures", "band_keys", "collision", "verification",
+          "components", "selection", "writing")
+
+_COUNT_ROWS = (
+    ("docs_in", "records read (documents + rejected)"),
+    ("kept", "kept"),
+    ("removed", "removed as near-duplicates"),
+    ("rejected", "rejected (bad records)"),
+    ("docs_signed", "documents with a signature"),
+    ("docs_empty", "documents with no words"),
+    ("docs_too_short", "documents shorter than --min_tokens"),
+    ("buckets_multi", "LSH buckets with two or more documents"),
+    ("clusters", "duplicate clusters (size ≥ 2)"),
+    ("clustered_docs", "documents in duplicate clusters"),
+)
+
+
+def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+  """The text with runs of whitespace collapsed, cut to ``limit`` chars."""
+  flat = re.sub(r"\s+", " ", text).strip()
+  return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+def s_curve(bands: int, rows: int, points: int = S_CURVE_POINTS
+            ) -> List[List[float]]:
+  """[s, P(candidate)] for s evenly spaced over [0, 1]."""
+  s = [i / (points - 1) for i in range(points)]
+  p = collision_probability(s, bands, rows)
+  return [[round(x, 6), round(float(y), 6)] for x, y in zip(s, p)]
+
+
+def size_bins(histogram: Sequence[int]) -> List[dict]:
+  """Non-empty log2 bins of a stats.json histogram, smallest sizes first."""
+  return [{"log2": k, "min": 1 << k, "max": (2 << k) - 1, "count": n}
+          for k, n in enumerate(histogram) if n]
+
+
+def worker_seconds(timings_ms: Mapping[str, int]) -> Dict[str, float]:
+  """``worker_ms_<stage>`` sums as seconds, stages in pipeline order."""
+  by_stage = {name[len(TIMING_PREFIX):]: ms for name, ms in timings_ms.items()
+              if name.startswith(TIMING_PREFIX)}
+  order = [s for s in STAGES if s in by_stage] + sorted(
+      set(by_stage) - set(STAGES))
+  return {stage: round(by_stage[stage] / 1000, 3) for stage in order}
+
+
+def assemble(stats: dict, timings_ms: Mapping[str, int],
+             largest: Iterable[Tuple[int, int]],
+             members: Mapping[int, Iterable[Tuple[int, bool]]],
+             documents: Mapping[int, Tuple[object, str]]) -> dict:
+  """The report document.
+
+  ``largest``: ``(cluster_id, size)`` of the largest clusters, largest first;
+  ``members``: per cluster id, the shown ``(doc_id, kept)``; ``documents``:
+  ``doc_id -> (user id, snippet)`` for every shown member.
+  """
+  params = stats["params"]
+  clusters = []
+  for cluster_id, size in largest:
+    shown = [{"doc_id": doc_id, "id": documents[doc_id][0], "kept": kept,
+              "snippet": documents[doc_id][1]}
+             for doc_id, kept in members.get(cluster_id, ())]
+    clusters.append({"cluster_id": cluster_id, "size": size,
+                     "members": shown, "more": size - len(shown)})
+  return {
+      "stats": stats,
+      "s_curve": {
+          "bands": params["bands"], "rows": params["rows"],
+          "threshold": params["threshold"],
+          "lsh_threshold": params["lsh_threshold"],
+          "p_at_threshold": round(float(collision_probability(
+              params["threshold"], params["bands"], params["rows"])), 6),
+          "points": s_curve(params["bands"], params["rows"]),
+      },
+      "bucket_sizes": size_bins(stats.get("bucket_size_log2", [])),
+      "cluster_sizes": size_bins(stats.get("cluster_size_log2", [])),
+      "largest_clusters": clusters,
+      "worker_seconds": worker_seconds(timings_ms),
+      "limits": {"largest_clusters": LARGEST_CLUSTERS,
+                 "members_shown": MEMBERS_SHOWN,
+                 "snippet_chars": SNIPPET_CHARS},
+  }
+
+
+# --- HTML ---------------------------------------------------------------
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;
+ color:#1d2330;background:#f6f7f9}
+main{max-width:1040px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:0 0 10px}
+section{background:#fff;border:1px solid #dde1e7;border-radius:6px;
+ padding:16px 20px;margin:16px 0}
+table{border-collapse:collapse}td,th{padding:3px 10px;text-align:left;
+ border-bottom:1px solid #eceff3;vertical-align:top}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+.note{color:#5a6272;font-size:12.5px}.ok{color:#1a7f37}.bad{color:#b42318}
+td.id{white-space:nowrap}
+.snip{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px;
+ white-space:pre-wrap;word-break:break-word}
+details{margin:8px 0}summary{cursor:pointer;font-weight:600}
+svg text{font:11px system-ui,sans-serif;fill:#1d2330}
+.grid{display:flex;flex-wrap:wrap;gap:16px}
+"""
+
+
+def _e(value) -> str:
+  return html.escape(str(value), quote=True)
+
+
+def _n(value) -> str:
+  return f"{value:,}" if isinstance(value, int) else _e(value)
+
+
+def _stat_cell(name: str, value) -> str:
+  return f'<td class="n" data-stat="{_e(name)}">{_n(value)}</td>'
+
+
+def _section(anchor: str, title: str, body: str) -> str:
+  return (f'<section id="{anchor}"><h2>{_e(title)}</h2>\n{body}\n'
+          '</section>\n')
+
+
+def _table(rows: Iterable[str], head: str = "") -> str:
+  head = f"<thead>{head}</thead>" if head else ""
+  return f"<table>{head}<tbody>{''.join(rows)}</tbody></table>"
+
+
+def _line_chart(points, marks, width=560, height=280) -> str:
+  """S-curve: polyline of ``points`` in [0,1]^2 plus vertical ``marks``
+  (x, label, colour, dashed), labelled in a legend below the axis."""
+  left, right, top, bottom = 48, 16, 12, 40
+  w, h = width - left - right, height - top - bottom
+  height += 18 * len(marks)
+
+  def x(v):
+    return left + v * w
+
+  def y(v):
+    return top + (1 - v) * h
+
+  parts = [f'<svg role="img" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}">',
+           f'<title>P(candidate) against Jaccard similarity</title>']
+  for i in range(6):
+    t = i / 5
+    parts.append(f'<line x1="{x(0):.1f}" y1="{y(t):.1f}" x2="{x(1):.1f}" '
+                 f'y2="{y(t):.1f}" stroke="#eceff3"/>')
+    parts.append(f'<text x="{left - 6}" y="{y(t) + 4:.1f}" '
+                 f'text-anchor="end">{t:.1f}</text>')
+    parts.append(f'<text x="{x(t):.1f}" y="{top + h + 16}" '
+                 f'text-anchor="middle">{t:.1f}</text>')
+  parts.append(f'<text x="{left + w / 2:.1f}" y="{top + h + 30}" '
+               'text-anchor="middle">Jaccard similarity s</text>')
+  parts.append(f'<text x="12" y="{top + h / 2:.1f}" text-anchor="middle" '
+               f'transform="rotate(-90 12 {top + h / 2:.1f})">'
+               'P(candidate)</text>')
+  parts.append(f'<rect x="{left}" y="{top}" width="{w}" height="{h}" '
+               'fill="none" stroke="#9aa3b2"/>')
+  line = " ".join(f"{x(s):.1f},{y(p):.1f}" for s, p in points)
+  parts.append(f'<polyline points="{line}" fill="none" stroke="#2f6fdb" '
+               'stroke-width="2"/>')
+  for i, (at, label, colour, dashed) in enumerate(marks):
+    dash = ' stroke-dasharray="5 4"' if dashed else ""
+    parts.append(f'<line x1="{x(at):.1f}" y1="{y(0):.1f}" x2="{x(at):.1f}" '
+                 f'y2="{y(1):.1f}" stroke="{colour}"{dash}/>')
+    ly = top + h + 46 + 18 * i
+    parts.append(f'<line x1="{left}" y1="{ly - 4}" x2="{left + 24}" '
+                 f'y2="{ly - 4}" stroke="{colour}"{dash}/>')
+    parts.append(f'<text x="{left + 30}" y="{ly}" style="fill:{colour}">'
+                 f'{_e(label)}</text>')
+  parts.append("</svg>")
+  return "\n".join(parts)
+
+
+def _bar_chart(bars: Sequence[Tuple[str, float, str]], title: str,
+               log_scale: bool, width=560, height=240) -> str:
+  """Vertical bars ``(label, value, value text)``; heights proportional to
+  log10(1 + value) when ``log_scale``."""
+  left, right, top, bottom = 12, 12, 22, 44
+  w, h = width - left - right, height - top - bottom
+  scale = (lambda v: math.log10(1 + v)) if log_scale else (lambda v: v)
+  peak = max((scale(v) for _, v, _ in bars), default=0) or 1
+  slot = w / max(len(bars), 1)
+  bar = max(min(slot * 0.7, 60), 2)
+  parts = [f'<svg role="img" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}">', f"<title>{_e(title)}</title>",
+           f'<line x1="{left}" y1="{top + h}" x2="{left + w}" '
+           f'y2="{top + h}" stroke="#9aa3b2"/>']
+  for i, (label, value, text) in enumerate(bars):
+    bh = h * scale(value) / peak
+    cx = left + slot * (i + 0.5)
+    parts.append(f'<rect x="{cx - bar / 2:.1f}" y="{top + h - bh:.1f}" '
+                 f'width="{bar:.1f}" height="{bh:.1f}" fill="#2f6fdb">'
+                 f"<title>{_e(label)}: {_e(text)}</title></rect>")
+    parts.append(f'<text x="{cx:.1f}" y="{top + h - bh - 5:.1f}" '
+                 f'text-anchor="middle">{_e(text)}</text>')
+    parts.append(f'<text x="{cx:.1f}" y="{top + h + 15}" '
+                 f'text-anchor="middle">{_e(label)}</text>')
+  parts.append("</svg>")
+  return "\n".join(parts)
+
+
+def _size_label(b: dict) -> str:
+  return str(b["min"]) if b["min"] == b["max"] else f"{b['min']}–{b['max']}"
+
+
+def _histogram(bins: List[dict], what: str, stat: str) -> str:
+  if not bins:
+    return f'<p class="note">No {what} of two or more documents.</p>'
+  chart = _bar_chart([(_size_label(b), b["count"], f"{b['count']:,}")
+                      for b in bins], f"{what} by size (log2 bins)",
+                     log_scale=True)
+  rows = [f"<tr><td>{_e(_size_label(b))}</td>"
+          f'<td class="n" data-stat="{stat}_{b["log2"]:02d}">'
+          f"{b['count']:,}</td></tr>" for b in bins]
+  return (f'<div class="grid"><div>{chart}</div><div>'
+          f"{_table(rows, f'<tr><th>size</th><th>{_e(what)}</th></tr>')}"
+          "</div></div>\n<p class=\"note\">Bins double in width (log2); "
+          "bar heights are on a log scale, the numbers are exact.</p>")
+
+
+def _parameters(params: dict) -> str:
+  rows = [f"<tr><th>{_e(k)}</th><td data-param=\"{_e(k)}\">{_e(v)}</td></tr>"
+          for k, v in params.items()]
+  return _table(rows)
+
+
+def _counts(stats: dict) -> str:
+  rows = [f"<tr><td>{_e(label)}</td>{_stat_cell(name, stats.get(name, 0))}"
+          "</tr>" for name, label in _COUNT_ROWS]
+  for reason, n in sorted(stats.get("rejected_by_reason", {}).items()):
+    rows.append(f"<tr><td>rejected: {_e(reason)}</td>"
+                f"{_stat_cell('rejected_' + reason, n)}</tr>")
+  state = ("ok", "balanced: kept + removed + rejected = records read") if (
+      stats.get("balanced")) else ("bad", "NOT balanced")
+  return (_table(rows) +
+          f'\n<p class="{state[0]}">{_e(state[1])}</p>')
+
+
+def _curve(curve: dict) -> str:
+  marks = [(curve["threshold"], f"threshold {curve['threshold']:.2f}: "
+            f"P(candidate) = {curve['p_at_threshold']:.3f}", "#b42318",
+            False),
+           (curve["lsh_threshold"], "S-curve midpoint (1/b)^(1/r) ≈ "
+            f"{curve['lsh_threshold']:.3f}", "#7a5af8", True)]
+  return (_line_chart(curve["points"], marks) +
+          f"\n<p>P(candidate) = 1 − (1 − s<sup>r</sup>)<sup>b</sup> with "
+          f'b = <span data-param="bands">{curve["bands"]}</span> bands of '
+          f'r = <span data-param="rows">{curve["rows"]}</span> rows: the '
+          "chance that a pair of Jaccard similarity s shares at least one "
+          "band and so becomes a candidate.</p>")
+
+
+def _edges(stats: dict) -> str:
+  candidates, verified = stats["candidate_edges"], stats["verified_edges"]
+  share = f"{verified / candidates:.1%}" if candidates else "–"
+  rows = [f"<tr><td>candidate edges (distinct star edges from buckets)</td>"
+          f"{_stat_cell('candidate_edges', candidates)}</tr>",
+          f"<tr><td>verified edges (passed verify="
+          f"{_e(stats['params'].get('verify'))})</td>"
+          f"{_stat_cell('verified_edges', verified)}</tr>",
+          f'<tr><td>share verified</td><td class="n">{share}</td></tr>']
+  return _table(rows)
+
+
+def _components(stats: dict) -> str:
+  changes = stats["cc_changes_per_round"]
+  used = stats["cc_rounds_used"]
+  rows = [f"<tr><td>rounds used (of {len(changes)})</td>"
+          f"{_stat_cell('cc_rounds_used', used)}</tr>",
+          f"<tr><td>converged</td><td data-stat=\"cc_converged\">"
+          f"{'yes' if stats['cc_converged'] else 'no'}</td></tr>",
+          "<tr><td>residual edges resolved by union-find</td>"
+          f"{_stat_cell('cc_residual_edges', stats['cc_residual_edges'])}"
+          "</tr>",
+          "<tr><td>residual nodes resolved by union-find</td>"
+          f"{_stat_cell('cc_residual_nodes', stats['cc_residual_nodes'])}"
+          "</tr>"]
+  shown = changes[:max(used, 1)]
+  round_rows = [f"<tr><td>{i}</td>{_stat_cell(f'cc_changed_round_{i:03d}', c)}"
+                "</tr>" for i, c in enumerate(shown, 1)]
+  return (_table(rows) + "\n<h3>Edges re-pointed per round</h3>\n" +
+          _table(round_rows, "<tr><th>round</th><th>edges</th></tr>") +
+          f'\n<p class="note">{len(changes) - len(shown)} later rounds '
+          "changed nothing.</p>")
+
+
+def _timings(seconds: Dict[str, float], wall) -> str:
+  parts = []
+  if wall is not None:
+    parts.append(f'<p>Job wall time: <b data-stat="wall_seconds">'
+                 f"{wall:,.1f} s</b> (measured by the CLI).</p>")
+  if not seconds:
+    parts.append('<p class="note">No stage took a whole millisecond.</p>')
+    return "\n".join(parts)
+  parts.append(_bar_chart([(stage, s, f"{s:,.2f} s")
+                           for stage, s in seconds.items()],
+                          "summed worker seconds per stage", log_scale=False,
+                          width=620))
+  rows = [f"<tr><td>{_e(stage)}</td><td class=\"n\" "
+          f'data-stage="{_e(stage)}">{s:,.3f}</td></tr>'
+          for stage, s in seconds.items()]
+  parts.append(_table(rows, "<tr><th>stage</th><th>worker s</th></tr>"))
+  parts.append('<p class="note">Summed worker time per stage: elapsed time '
+               "inside each stage's heavy DoFns, added up over all workers "
+               "and threads. It is not wall-clock time and leaves out "
+               "shuffles, reading and Beam overhead between steps; compare "
+               "stages with each other, not with the wall time.</p>")
+  return "\n".join(parts)
+
+
+def _clusters(clusters: List[dict], limits: dict) -> str:
+  if not clusters:
+    return '<p class="note">No duplicate clusters.</p>'
+  out = [f'<p class="note">The {len(clusters)} largest clusters (of at most '
+         f"{limits['largest_clusters']}), with up to "
+         f"{limits['members_shown']} members each (the kept one first, then "
+         "by doc id) and the first "
+         f"{limits['snippet_chars']} characters of each text.</p>"]
+  for i, c in enumerate(clusters):
+    rows = [f"<tr><td class=\"n id\">{m['doc_id']}</td>"
+            f"<td class=\"id\">{_e(m['id'])}</td>"
+            f"<td>{'kept' if m['kept'] else 'removed'}</td>"
+            f'<td class="snip">{_e(m["snippet"])}</td></tr>'
+            for m in c["members"]]
+    more = (f'<p class="note">… and {c["more"]:,} more.</p>'
+            if c["more"] else "")
+    out.append(
+        f'<details{" open" if i < 5 else ""} data-cluster="{c["cluster_id"]}"'
+        f' data-size="{c["size"]}"><summary>cluster {c["cluster_id"]} · '
+        f"{c['size']:,} documents</summary>"
+        + _table(rows, "<tr><th>doc_id</th><th>id</th><th></th>"
+                 "<th>text</th></tr>") + more + "</details>")
+  return "\n".join(out)
+
+
+def render_html(report: dict) -> str:
+  """The report as one HTML page; every value from the data is escaped."""
+  stats = report["stats"]
+  body = [
+      "<header><h1>Near-duplicate run report</h1>"
+      f'<p class="note">{stats["docs_in"]:,} records in, '
+      f"{stats['removed']:,} removed as near-duplicates in "
+      f"{stats['clusters']:,} clusters.</p></header>",
+      _section("parameters", "Parameters", _parameters(stats["params"])),
+      _section("counts", "Counts", _counts(stats)),
+      _section("s-curve", "LSH S-curve", _curve(report["s_curve"])),
+      _section("bucket-sizes", "LSH bucket sizes",
+               _histogram(report["bucket_sizes"], "buckets",
+                          "bucket_size_log2")),
+      _section("cluster-sizes", "Cluster sizes",
+               _histogram(report["cluster_sizes"], "clusters",
+                          "cluster_size_log2")),
+      _section("edges", "Edges", _edges(stats)),
+      _section("components", "Connected components", _components(stats)),
+      _section("timings", "Stage timings",
+               _timings(report["worker_seconds"],
+                        report.get("wall_seconds"))),
+      _section("largest-clusters", "Largest clusters",
+               _clusters(report["largest_clusters"], report["limits"])),
+  ]
+  return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+          "<meta name=\"viewport\" content=\"width=device-width\">"
+          "<title>neardup run report</title>"
+          f"<style>{_CSS}</style></head>\n<body><main>\n" + "\n".join(body) +
+          "</main></body></html>\n")
