@@ -54,7 +54,7 @@ CORPUS_PARAMS = {"seed-style": {"ngram": 3, "threshold": 0.4},
 GENERATORS = {"seed-style": corpora.seed_style, "web-like": corpora.web_like}
 SIG_CORPORA = (("sig_seed", "seed-style"), ("sig_web", "web-like"))
 E2E_CORPORA = (("e2e_seed", "seed-style"), ("e2e_web", "web-like"))
-PEERS = ("rensa", "rensa-matrix", "datasketch", "seed-numpy")
+PEERS = ("rensa", "rensa-matrix", "datasketch", "seed-numpy", "py-shingles")
 E2E_PEERS = ("rensa", "datasketch", "seed-numpy")
 SIZES = {
     "quick": {"sig_seed": 5000, "sig_web": 2000, "e2e_seed": 20_000,

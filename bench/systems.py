@@ -10,6 +10,8 @@ texts -> duplicate clusters (in memory), with the same K, seed and (b, r).
   (signatures only; reported for information).
 * ``datasketch``: ``MinHash.update_batch`` per document, ``MinHashLSH`` with
   ``params=(b, r)``, union-find.
+* ``py-shingles``: only the peers' Python preprocessing below, no
+  signatures (signatures only; for information).
 * ``seed-numpy``: the method document's from-scratch approach: per-document
   affine hashes ``(a*x + b) mod p`` over the document's shingle hashes in
   numpy, then dict-based banding. Here p = 2^31 - 1 so that the products stay
@@ -126,13 +128,19 @@ def seed_numpy_signer(params: dict) -> Callable:
   return sign
 
 
+def py_shingles_signer(params: dict) -> Callable:
+  """Only the peers' Python preprocessing (no signatures): the ceiling of
+  any signer fed Python shingle sets."""
+  return lambda texts: shingle_sets(texts, params["ngram"])
+
+
 def signer(system: str, params: dict) -> Callable:
   """The signature function of ``system`` (state built here, untimed)."""
   if system.startswith("ours-"):
     return ours_signer(params, system[len("ours-"):])
   return {"rensa": rensa_signer, "rensa-matrix": rensa_matrix_signer,
-          "datasketch": datasketch_signer,
-          "seed-numpy": seed_numpy_signer}[system](params)
+          "datasketch": datasketch_signer, "seed-numpy": seed_numpy_signer,
+          "py-shingles": py_shingles_signer}[system](params)
 
 
 # ------------------------------------------------- end to end, in memory

@@ -13,7 +13,7 @@ from bench import run
 from bench import systems
 
 OURS = ("ours-classic", "ours-oph")
-PEERS = ("rensa", "rensa-matrix", "datasketch", "seed-numpy")
+PEERS = ("rensa", "rensa-matrix", "datasketch", "seed-numpy", "py-shingles")
 E2E = ("ours", "rensa", "datasketch", "seed-numpy")
 
 
