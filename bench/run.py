@@ -166,11 +166,13 @@ class Runner:
     corpus = corpora.read(corpus_dir)
     result["corpus"] = corpus.name
     result["bytes"] = sum(len(t.encode("utf-8")) for t in corpus.texts)
-    result.update(read_pipeline_output(out_dir, corpus.groups))
+    strong = systems.pairs_at_least(corpus.texts, corpus.groups,
+                                    params["ngram"], params["threshold"])
+    result.update(read_pipeline_output(out_dir, corpus.groups, strong))
     return result
 
 
-def read_pipeline_output(out_dir: str, groups) -> dict:
+def read_pipeline_output(out_dir: str, groups, strong_pairs) -> dict:
   """Pairwise metrics from ``clusters/`` and the shuffle volume from
   ``stats.json`` (one input file, so position - 1 is the corpus index)."""
   labels = {}
@@ -181,7 +183,7 @@ def read_pipeline_output(out_dir: str, groups) -> dict:
         labels[row["position"] - 1] = row["cluster_id"]
   with open(os.path.join(out_dir, "stats.json"), encoding="utf-8") as f:
     stats = json.load(f)
-  out = systems.pair_metrics(labels, groups)
+  out = systems.pair_metrics(labels, groups, strong_pairs)
   out["stats"] = {k: stats[k] for k in (
       "docs_in", "kept", "removed", "rejected", "candidate_edges",
       "verified_edges", "clusters", "cc_rounds_used") if k in stats}
@@ -361,21 +363,23 @@ def markdown(results: dict) -> str:
             " output files included; peers: in memory, signatures + LSH +"
             " union-find):", "",
             "| corpus | system | docs | wall s | peak RSS MB | precision |"
-            " recall | ours wall ÷ this | shuffle B/doc |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            " recall | recall at threshold | ours wall ÷ this |"
+            " shuffle B/doc |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
   er = results["ratios"]["end_to_end_wall_ours_over_peer"]
   for r in results["end_to_end"] + ([results["scale"]] if results["scale"]
                                     else []):
     c = r.get("corpus", "?")
     if "error" in r:
       lines.append(f"| {c} | {r['system']} | {_fmt(r['docs'])} | error | | |"
-                   " | | |")
+                   " | | | |")
       continue
     ratio = er.get(f"{c}@{r['docs']}", {}).get("ours/" + r["system"])
     lines.append(
         f"| {c} | {r['system']} | {_fmt(r['docs'])} | {_fmt(r['seconds'])}"
         f" | {_fmt(r.get('peak_rss_mb'), 0)} | {_fmt(r['precision'], 3)} |"
-        f" {_fmt(r['recall'], 3)} | {_fmt(ratio)} |"
+        f" {_fmt(r['recall'], 3)} | {_fmt(r['recall_at_threshold'], 3)} |"
+        f" {_fmt(ratio)} |"
         f" {_fmt(r.get('shuffle_bytes_per_doc'), 0)} |")
   shuffled = [r for r in results["end_to_end"] + [results["scale"] or {}]
               if r.get("shuffle_bytes_per_doc_by_shuffle")]

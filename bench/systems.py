@@ -192,14 +192,30 @@ CLUSTERERS = {"rensa": rensa_clusters, "datasketch": datasketch_clusters,
               "seed-numpy": seed_numpy_clusters}
 
 
-def pair_metrics(labels: Dict[int, int],
-                 groups: List[List[int]]) -> dict:
+def pairs_at_least(texts: Sequence[str], groups: List[List[int]], ngram: int,
+                   threshold: float) -> List[tuple]:
+  """Planted pairs whose exact Jaccard (of the Python shingle sets) is at
+  least ``threshold``: the pairs a verifying system is asked to find."""
+  out = []
+  for group in groups:
+    sets = dict(zip(group, shingle_sets([texts[i] for i in group], ngram)))
+    for x, i in enumerate(group):
+      for j in group[x + 1:]:
+        union = len(sets[i] | sets[j])
+        if union and len(sets[i] & sets[j]) / union >= threshold:
+          out.append((i, j))
+  return out
+
+
+def pair_metrics(labels: Dict[int, int], groups: List[List[int]],
+                 strong_pairs: Sequence[tuple] = ()) -> dict:
   """Pairwise precision/recall of predicted clusters against planted groups.
 
   ``labels`` maps document index -> cluster label for clustered documents
   (absent = singleton). A pair is predicted when both documents share a
   cluster and true when both are in one planted group; counted without
-  enumerating pairs.
+  enumerating pairs. ``recall_at_threshold`` is the recall over
+  ``strong_pairs`` (planted pairs at or above the threshold).
   """
   sizes: Dict[int, int] = {}
   for label in labels.values():
@@ -213,9 +229,14 @@ def pair_metrics(labels: Dict[int, int],
       if i in labels:
         counts[labels[i]] = counts.get(labels[i], 0) + 1
     hits += sum(c * (c - 1) // 2 for c in counts.values())
+  strong_hits = sum(1 for i, j in strong_pairs
+                    if i in labels and labels.get(j) == labels[i])
   multi = [s for s in sizes.values() if s > 1]
   return {"predicted_pairs": predicted, "truth_pairs": truth,
           "true_positive_pairs": hits,
           "precision": hits / predicted if predicted else None,
           "recall": hits / truth if truth else None,
+          "pairs_at_threshold": len(strong_pairs),
+          "recall_at_threshold": (strong_hits / len(strong_pairs)
+                                  if strong_pairs else None),
           "clusters": len(multi), "clustered_docs": sum(multi)}

@@ -53,11 +53,21 @@ def test_pair_metrics_counts_pairs_inside_clusters():
   groups = [[0, 1, 2], [5, 6]]
   # Cluster {0, 1, 9}: one true pair (0, 1), two false; {5, 6}: one true.
   labels = {0: 0, 1: 0, 9: 0, 5: 5, 6: 5}
-  m = systems.pair_metrics(labels, groups)
+  m = systems.pair_metrics(labels, groups, strong_pairs=[(0, 2), (5, 6)])
   assert (m["predicted_pairs"], m["truth_pairs"], m["true_positive_pairs"]
           ) == (4, 4, 2)
   assert m["precision"] == 0.5 and m["recall"] == 0.5
+  assert m["pairs_at_threshold"] == 2 and m["recall_at_threshold"] == 0.5
   assert (m["clusters"], m["clustered_docs"]) == (2, 5)
+
+
+def test_pairs_at_least_keeps_planted_pairs_above_the_threshold():
+  texts = ["a b c d e f g h", "a b c d e f g x", "a b c r s t u v",
+           "z y"]
+  # 3-gram Jaccard: (0, 1) 5/7; (0, 2) and (1, 2) 1/11.
+  assert systems.pairs_at_least(texts, [[0, 1, 2]], 3, 0.5) == [(0, 1)]
+  assert systems.pairs_at_least(texts, [[0, 1, 2]], 3, 0.05) == [
+      (0, 1), (0, 2), (1, 2)]
 
 
 def test_bands_rows_divide_num_perm_for_every_system():
@@ -100,6 +110,7 @@ def test_harness_end_to_end_finds_the_planted_duplicates(tiny_results):
     assert "error" not in r, r.get("error")
     assert r["docs"] == 600 and r["truth_pairs"] > 100
     assert r["recall"] > 0.5, system
+    assert r["recall_at_threshold"] >= r["recall"] - 0.05, system
     assert r["precision"] > 0.5, system
   assert rows["ours"]["stats"]["docs_in"] == 600
   ratios = tiny_results["ratios"]["end_to_end_wall_ours_over_peer"]
