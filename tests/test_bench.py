@@ -140,3 +140,22 @@ def test_measurement_child_is_pinned_and_reports_its_rss(tmp_path):
   assert r["cpus"] == [runner.cpu]
   assert r["peak_rss_mb"] >= r["rss_before_mb"] > 0
   assert r["recall"] > 0.5
+
+
+def test_pipeline_output_gives_pairs_and_shuffle_bytes_per_document(tmp_path):
+  (tmp_path / "clusters").mkdir()
+  rows = [{"doc_id": 3, "position": 4, "cluster_id": 3},
+          {"doc_id": 7, "position": 8, "cluster_id": 3}]
+  (tmp_path / "clusters" / "part-00000.jsonl").write_text(
+      "".join(json.dumps(r) + "\n" for r in rows))
+  (tmp_path / "stats.json").write_text(json.dumps({
+      "docs_in": 10, "kept": 9, "removed": 1, "rejected": 0,
+      "shuffle_bytes": {"band_keys": 400, "edges": 100}}))
+  out = run.read_pipeline_output(str(tmp_path), [[3, 7], [1, 2]],
+                                 strong_pairs=[(3, 7)])
+  assert (out["precision"], out["recall"], out["recall_at_threshold"]
+          ) == (1.0, 0.5, 1.0)
+  assert out["shuffle_bytes_per_doc"] == 50.0
+  assert out["shuffle_bytes_per_doc_by_shuffle"] == {"band_keys": 40.0,
+                                                     "edges": 10.0}
+  assert out["stats"]["removed"] == 1
