@@ -321,6 +321,8 @@ def evaluate_targets(sig, e2e, scale, sizes) -> List[dict]:
 def _fmt(x, digits=2):
   if x is None:
     return "-"
+  if isinstance(x, dict):
+    return ", ".join(f"{k} {_fmt(v)}" for k, v in x.items())
   if isinstance(x, float):
     return f"{x:,.{digits}f}"
   return f"{x:,}" if isinstance(x, int) else str(x)
