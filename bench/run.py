@@ -380,7 +380,7 @@ def markdown(results: dict) -> str:
     lines.append(
         f"| {c} | {r['system']} | {_fmt(r['docs'])} | {_fmt(r['seconds'])}"
         f" | {_fmt(r.get('peak_rss_mb'), 0)} | {_fmt(r['precision'], 3)} |"
-        f" {_fmt(r['recall'], 3)} | {_fmt(r['recall_at_threshold'], 3)} |"
+        f" {_fmt(r['recall'], 3)} | {_fmt(r.get('recall_at_threshold'), 3)} |"
         f" {_fmt(ratio)} |"
         f" {_fmt(r.get('shuffle_bytes_per_doc'), 0)} |")
   shuffled = [r for r in results["end_to_end"] + [results["scale"] or {}]
