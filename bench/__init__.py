@@ -1,0 +1,1 @@
+"""Benchmark harness (bench/run.py) and the sample-corpus builder."""

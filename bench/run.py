@@ -1,0 +1,513 @@
+#!/usr/bin/env python3
+"""Speed and quality benchmark of ours against rensa, datasketch and the
+method document's from-scratch numpy code, on the same documents with the
+same K=128, seed and LSH bands/rows.
+
+Usage (from the repository root)::
+
+  python bench/run.py --quick        # ~2-3 minutes on 2 cores
+  python bench/run.py                # full: 100k and 1M documents end to end
+
+Every measurement runs in a fresh process pinned to one CPU, so throughput
+is per core and the peak RSS (read with ``wait4``) is per system.
+Signatures: raw text -> K=128 signatures (best of ``--repeats``), docs/s and
+MB/s of UTF-8 text. End to end: ours is ``python -m pipeline`` on the JSONL
+corpus (default runner, process start and output writing included); the
+peers run signatures + LSH + union-find in memory on the loaded texts.
+Precision/recall are pairwise against the planted duplicate groups.
+Writes the results as JSON (``--out``, default
+``bench/results/<date>.json``) and prints a markdown report with PASS/FAIL
+lines for the targets of issue 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+from bench import corpora  # noqa: E402  (needs ROOT on sys.path)
+from bench import measure  # noqa: E402
+from bench import systems  # noqa: E402
+
+NUM_PERM = 128
+# Seed-style: the method's experiment (word 3-grams; copies with 10% of tokens
+# replaced have Jaccard ~0.5). Web-like: word 5-grams, copies with 1-4% of
+# words replaced plus a header (Jaccard ~0.65-0.9).
+CORPUS_PARAMS = {"seed-style": {"ngram": 3, "threshold": 0.4},
+                 "web-like": {"ngram": 5, "threshold": 0.7}}
+GENERATORS = {"seed-style": corpora.seed_style, "web-like": corpora.web_like}
+SIG_CORPORA = (("sig_seed", "seed-style"), ("sig_web", "web-like"))
+E2E_CORPORA = (("e2e_seed", "seed-style"), ("e2e_web", "web-like"))
+PEERS = ("rensa", "rensa-matrix", "datasketch", "seed-numpy", "py-shingles")
+E2E_PEERS = ("rensa", "datasketch", "seed-numpy")
+SIZES = {
+    "quick": {"sig_seed": 5000, "sig_web": 2000, "e2e_seed": 20_000,
+              "e2e_web": 0, "scale": 0},
+    "full": {"sig_seed": 20_000, "sig_web": 10_000, "e2e_seed": 100_000,
+             "e2e_web": 20_000, "scale": 1_000_000},
+}
+TARGET_E2E_DOCS = 100_000
+TARGET_SCALE_DOCS = 1_000_000
+
+
+def bands_rows(threshold: float, num_perm: int) -> dict:
+  """(b, r) of DedupConfig's default for ``threshold``; rensa's LSH needs b
+  to divide K, so when it does not, the b*r = K split whose S-curve midpoint
+  (1/b)^(1/r) is closest to the default's is used for every system."""
+  from transforms.config import DedupConfig
+  config = DedupConfig(threshold=threshold, num_perm=num_perm)
+  if num_perm % config.bands == 0 and config.bands * config.rows == num_perm:
+    return {"bands": config.bands, "rows": config.rows,
+            "chosen_by": "DedupConfig default"}
+  splits = [(b, num_perm // b) for b in range(1, num_perm + 1)
+            if num_perm % b == 0]
+  b, r = min(splits, key=lambda br: abs((1 / br[0]) ** (1 / br[1])
+                                        - config.lsh_threshold))
+  return {"bands": b, "rows": r,
+          "chosen_by": f"closest b*r=K split to DedupConfig default "
+                       f"{config.bands}x{config.rows}"}
+
+
+def corpus_params(name: str, seed: int) -> dict:
+  params = dict(CORPUS_PARAMS[name], num_perm=NUM_PERM, seed=seed)
+  params.update(bands_rows(params["threshold"], NUM_PERM))
+  return params
+
+
+# --------------------------------------------------------------- children
+
+
+class Runner:
+  """Runs measurements in pinned child processes (or in this process)."""
+
+  def __init__(self, in_process: bool):
+    self.in_process = in_process
+    self.cpu = None if in_process else max(os.sched_getaffinity(0))
+
+  def _spawn(self, cmd: List[str]) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    cpu = self.cpu
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+      start = time.perf_counter()
+      proc = subprocess.Popen(
+          cmd, cwd=ROOT, env=env, stdout=out, stderr=err,
+          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+      # wait4 (not communicate) so that the child's own rusage comes back.
+      _, status, usage = os.wait4(proc.pid, 0)
+      wall = time.perf_counter() - start
+      proc.returncode = os.waitstatus_to_exitcode(status)
+      out.seek(0)
+      err.seek(0)
+      return {"returncode": proc.returncode, "wall_s": wall,
+              "peak_rss_mb": round(usage.ru_maxrss / 1024.0, 1),
+              "stdout": out.read().decode("utf-8", "replace"),
+              "stderr": err.read().decode("utf-8", "replace")}
+
+  def measure(self, spec: dict) -> dict:
+    label = f"{spec['kind']} {spec['system']} on {spec['docs']:,} docs"
+    print(f"[bench] {label} ...", file=sys.stderr, flush=True)
+    if self.in_process:
+      try:
+        return measure.run(spec)
+      except Exception:  # reported like a failed child, the run goes on
+        return {"kind": spec["kind"], "system": spec["system"],
+                "docs": spec["docs"], "error": traceback.format_exc()}
+    child = self._spawn([sys.executable, "-m", "bench.measure",
+                         json.dumps(spec)])
+    if child["returncode"] != 0:
+      return {"kind": spec["kind"], "system": spec["system"],
+              "docs": spec["docs"], "error": child["stderr"][-2000:]}
+    result = json.loads(child["stdout"].strip().splitlines()[-1])
+    result["peak_rss_mb"] = child["peak_rss_mb"]
+    return result
+
+  def pipeline(self, spec: dict, out_dir: str) -> dict:
+    """Ours end to end: ``python -m pipeline`` on the corpus JSONL."""
+    corpus_dir, params, docs = spec["corpus"], spec["params"], spec["docs"]
+    print(f"[bench] end to end ours (python -m pipeline) on {docs:,} docs ...",
+          file=sys.stderr, flush=True)
+    argv = ["--input", os.path.join(corpus_dir, "corpus.jsonl"),
+            "--output", out_dir, "--overwrite", "true",
+            "--ngram", str(params["ngram"]), "--bands", str(params["bands"]),
+            "--rows", str(params["rows"]), "--num_perm", str(NUM_PERM),
+            "--threshold", str(params["threshold"]),
+            "--seed", str(params["seed"])]
+    result = {"kind": "clusters", "system": "ours", "docs": docs}
+    if self.in_process:
+      from pipeline.cli import main
+      start = time.perf_counter()
+      code = main(argv)
+      result["seconds"] = time.perf_counter() - start
+      if code != 0:
+        return dict(result, error=f"pipeline exited with {code}")
+    else:
+      child = self._spawn([sys.executable, "-m", "pipeline"] + argv)
+      if child["returncode"] != 0:
+        return dict(result, error=child["stderr"][-2000:])
+      result["seconds"] = child["wall_s"]
+      result["peak_rss_mb"] = child["peak_rss_mb"]
+    corpus = corpora.read(corpus_dir)
+    result["corpus"] = corpus.name
+    result["bytes"] = sum(len(t.encode("utf-8")) for t in corpus.texts)
+    strong = systems.pairs_at_least(corpus.texts, corpus.groups,
+                                    params["ngram"], params["threshold"])
+    result.update(read_pipeline_output(out_dir, corpus.groups, strong))
+    return result
+
+
+def read_pipeline_output(out_dir: str, groups, strong_pairs) -> dict:
+  """Pairwise metrics from ``clusters/`` and the shuffle volume from
+  ``stats.json`` (one input file, so position - 1 is the corpus index)."""
+  labels = {}
+  for path in sorted(glob.glob(os.path.join(out_dir, "clusters", "*.jsonl"))):
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        row = json.loads(line)
+        labels[row["position"] - 1] = row["cluster_id"]
+  with open(os.path.join(out_dir, "stats.json"), encoding="utf-8") as f:
+    stats = json.load(f)
+  out = systems.pair_metrics(labels, groups, strong_pairs)
+  out["stats"] = {k: stats[k] for k in (
+      "docs_in", "kept", "removed", "rejected", "candidate_edges",
+      "verified_edges", "clusters", "cc_rounds_used") if k in stats}
+  shuffle = stats.get("shuffle_bytes")
+  if shuffle:
+    out["shuffle_bytes"] = shuffle
+    out["shuffle_bytes_per_doc"] = sum(shuffle.values()) / stats["docs_in"]
+    out["shuffle_bytes_per_doc_by_shuffle"] = {
+        k: v / stats["docs_in"] for k, v in shuffle.items()}
+  return out
+
+
+# ----------------------------------------------------------------- report
+
+
+def machine_info() -> dict:
+  cpu = platform.processor() or ""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          cpu = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  versions = {}
+  for module in ("numpy", "numba", "pyarrow", "apache_beam", "rensa",
+                 "datasketch"):
+    try:
+      versions[module] = importlib.metadata.version(module.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+      versions[module] = None
+  return {"cpu": cpu, "cores": os.cpu_count(),
+          "python": platform.python_version(),
+          "platform": platform.platform(), "load_avg_start": os.getloadavg(),
+          "versions": versions}
+
+
+def ratios(sig: List[dict], e2e: List[dict]) -> dict:
+  """docs/s ours / peer for signatures; wall time ours / peer end to end."""
+  out = {"signatures_docs_per_s_ours_over_peer": {},
+         "end_to_end_wall_ours_over_peer": {}}
+  for corpus in sorted({r.get("corpus") for r in sig if "seconds" in r}):
+    rows = {r["system"]: r for r in sig
+            if r.get("corpus") == corpus and "seconds" in r}
+    table = {}
+    for ours in (s for s in rows if s.startswith("ours-")):
+      for peer in (s for s in rows if not s.startswith("ours-")):
+        table[f"{ours}/{peer}"] = (rows[ours]["docs_per_s"]
+                                   / rows[peer]["docs_per_s"])
+    out["signatures_docs_per_s_ours_over_peer"][corpus] = table
+  for key in sorted({(r.get("corpus"), r["docs"]) for r in e2e
+                     if "seconds" in r and r["system"] == "ours"}):
+    rows = {r["system"]: r for r in e2e
+            if (r.get("corpus"), r["docs"]) == key and "seconds" in r}
+    out["end_to_end_wall_ours_over_peer"][f"{key[0]}@{key[1]}"] = {
+        f"ours/{p}": rows["ours"]["seconds"] / rows[p]["seconds"]
+        for p in rows if p != "ours"}
+  return out
+
+
+def _find(rows, **match):
+  for r in rows:
+    if all(r.get(k) == v for k, v in match.items()) and "seconds" in r:
+      return r
+  return None
+
+
+def evaluate_targets(sig, e2e, scale, sizes) -> List[dict]:
+  targets = []
+
+  def add(tid, text, measured, ok, note=""):
+    status = ("ERROR" if note.startswith("error") else "SKIP" if ok is None
+              else "PASS" if ok else "FAIL")
+    targets.append({"id": tid, "target": text, "measured": measured,
+                    "status": status, "note": note})
+
+  def failed(rows, **match):
+    return [r["error"].strip().splitlines()[-1] for r in rows
+            if all(r.get(k) == v for k, v in match.items()) and "error" in r]
+
+  for tid, corpus, sketch, limit in (("1a", "web-like", "classic", 2.0),
+                                     ("1b", "seed-style", "classic", 1.5),
+                                     ("2", "web-like", "oph", 5.0)):
+    ours = _find(sig, corpus=corpus, system=f"ours-{sketch}")
+    peer = _find(sig, corpus=corpus, system="rensa")
+    r = ours["docs_per_s"] / peer["docs_per_s"] if ours and peer else None
+    errors = (failed(sig, corpus=corpus, system=f"ours-{sketch}")
+              + failed(sig, corpus=corpus, system="rensa"))
+    n = CORPUS_PARAMS[corpus]["ngram"]
+    add(tid, f"{sketch} signatures >= {limit}x rensa docs/s, {corpus}"
+        f" ({n}-grams)", None if r is None else round(r, 2),
+        None if r is None else r >= limit,
+        f"error: {errors[0]}" if errors else
+        "" if r is not None else "not measured")
+
+  n = sizes["e2e_seed"]
+  ours = _find(e2e, corpus="seed-style", system="ours", docs=n)
+  size_note = ("" if n == TARGET_E2E_DOCS else
+               f"measured at {n:,} docs (target is stated for 100,000)")
+  for tid, peer, text in (
+      ("3a", "rensa", "ours wall <= 2x rensa in-memory signatures+LSH"),
+      ("3b", "datasketch", "ours >= 5x faster than datasketch")):
+    other = _find(e2e, corpus="seed-style", system=peer, docs=n)
+    errors = (failed(e2e, corpus="seed-style", system="ours")
+              + failed(e2e, corpus="seed-style", system=peer))
+    r = None
+    if ours and other:
+      r = (ours["seconds"] / other["seconds"] if tid == "3a"
+           else other["seconds"] / ours["seconds"])
+    add(tid, f"end to end seed-style: {text}",
+        None if r is None else round(r, 2),
+        None if r is None else (r <= 2.0 if tid == "3a" else r >= 5.0),
+        f"error: {errors[0]}" if errors else size_note)
+
+  if not scale or "seconds" not in scale:
+    add("4", "1,000,000 seed-style docs end to end < 300 s, peak RSS"
+        " < 4 GB, time(1M)/time(100k) <= 12", None, None,
+        "full mode only" if not scale else "error: " + scale.get("error", ""))
+  else:
+    small = ours["seconds"] if ours else None
+    growth = scale["seconds"] / small if small else None
+    rss = scale.get("peak_rss_mb")
+    ok = (scale["seconds"] < 300 and rss is not None and rss < 4096
+          and growth is not None and growth <= 12)
+    note = ("" if scale["docs"] == TARGET_SCALE_DOCS and n == TARGET_E2E_DOCS
+            else f"measured at {scale['docs']:,} vs {n:,} docs")
+    add("4", "1,000,000 seed-style docs end to end < 300 s, peak RSS"
+        " < 4 GB, time(1M)/time(100k) <= 12",
+        {"seconds": round(scale["seconds"], 1), "peak_rss_mb": rss,
+         "growth": None if growth is None else round(growth, 2)}, ok, note)
+  return targets
+
+
+def _fmt(x, digits=2):
+  if x is None:
+    return "-"
+  if isinstance(x, dict):
+    return ", ".join(f"{k} {_fmt(v)}" for k, v in x.items())
+  if isinstance(x, float):
+    return f"{x:,.{digits}f}"
+  return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def markdown(results: dict) -> str:
+  m = results["machine"]
+  lines = [f"### Benchmark {results['date']} ({results['mode']})", "",
+           f"Machine: {m['cpu']}, {m['cores']} cores; every measurement in a"
+           f" fresh process pinned to one CPU; load average at start"
+           f" {', '.join(f'{x:.2f}' for x in m['load_avg_start'])}, at end"
+           f" {', '.join(f'{x:.2f}' for x in m['load_avg_end'])}."
+           f" Python {m['python']}, rensa {m['versions']['rensa']},"
+           f" datasketch {m['versions']['datasketch']}, numpy"
+           f" {m['versions']['numpy']}, numba {m['versions']['numba']}.", ""]
+  for name, p in results["params"].items():
+    lines.append(f"- {name}: word {p['ngram']}-grams, K={p['num_perm']},"
+                 f" {p['bands']} bands x {p['rows']} rows ({p['chosen_by']}),"
+                 f" threshold {p['threshold']} (ours verifies edges at it;"
+                 f" rensa/datasketch/seed-numpy do not verify)")
+  lines += ["", "Signatures (raw text -> K=128 signatures, one core):", "",
+            "| corpus | system | docs | docs/s | MB/s | peak RSS MB |"
+            " ours-classic ÷ this | ours-oph ÷ this |",
+            "|---|---|---|---|---|---|---|---|"]
+  sr = results["ratios"]["signatures_docs_per_s_ours_over_peer"]
+  for r in results["signatures"]:
+    c = r.get("corpus", "?")
+    if "error" in r:
+      lines.append(f"| {c} | {r['system']} | {_fmt(r['docs'])} | error | | |"
+                   " | |")
+      continue
+    ratio = sr.get(c, {})
+    lines.append(
+        f"| {c} | {r['system']} | {_fmt(r['docs'])} |"
+        f" {_fmt(r['docs_per_s'], 0)} | {_fmt(r['mb_per_s'])} |"
+        f" {_fmt(r.get('peak_rss_mb'), 0)} |"
+        f" {_fmt(ratio.get('ours-classic/' + r['system']))} |"
+        f" {_fmt(ratio.get('ours-oph/' + r['system']))} |")
+  lines += ["", "End to end (ours: `python -m pipeline`, process start and"
+            " output files included; peers: in memory, signatures + LSH +"
+            " union-find):", "",
+            "| corpus | system | docs | wall s | peak RSS MB | precision |"
+            " recall | recall at threshold | ours wall ÷ this |"
+            " shuffle B/doc |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+  er = results["ratios"]["end_to_end_wall_ours_over_peer"]
+  for r in results["end_to_end"] + ([results["scale"]] if results["scale"]
+                                    else []):
+    c = r.get("corpus", "?")
+    if "error" in r:
+      lines.append(f"| {c} | {r['system']} | {_fmt(r['docs'])} | error | | |"
+                   " | | | |")
+      continue
+    ratio = er.get(f"{c}@{r['docs']}", {}).get("ours/" + r["system"])
+    lines.append(
+        f"| {c} | {r['system']} | {_fmt(r['docs'])} | {_fmt(r['seconds'])}"
+        f" | {_fmt(r.get('peak_rss_mb'), 0)} | {_fmt(r['precision'], 3)} |"
+        f" {_fmt(r['recall'], 3)} | {_fmt(r.get('recall_at_threshold'), 3)} |"
+        f" {_fmt(ratio)} |"
+        f" {_fmt(r.get('shuffle_bytes_per_doc'), 0)} |")
+  shuffled = [r for r in results["end_to_end"] + [results["scale"] or {}]
+              if r.get("shuffle_bytes_per_doc_by_shuffle")]
+  if shuffled:
+    lines += ["", "Shuffle bytes per document (ours, from stats.json):", ""]
+    for r in shuffled:
+      parts = ", ".join(f"{k} {v:,.0f}" for k, v in
+                        r["shuffle_bytes_per_doc_by_shuffle"].items())
+      lines.append(f"- {r['corpus']} @ {r['docs']:,}: total"
+                   f" {r['shuffle_bytes_per_doc']:,.0f} ({parts})")
+  lines += ["", "Targets (issue 3):", ""]
+  for t in results["targets"]:
+    note = f" — {t['note']}" if t["note"] else ""
+    lines.append(f"- {t['status']} {t['id']}: {t['target']}: measured"
+                 f" {_fmt(t['measured'])}{note}")
+  return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------- main
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(
+      description=__doc__.splitlines()[0],
+      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+  parser.add_argument("--quick", action="store_true",
+                      help="small sizes (~2-3 min on 2 cores): "
+                      + json.dumps(SIZES["quick"]))
+  for key in SIZES["full"]:
+    parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None,
+                        dest=key, help=f"documents for {key} (0 = skip;"
+                        f" full {SIZES['full'][key]:,})")
+  parser.add_argument("--repeats", type=int, default=3,
+                      help="timed signature passes; the best counts")
+  parser.add_argument("--sketches", default="classic,oph",
+                      help="our sketches to measure (signature_batch's"
+                      " sketch=), comma-separated")
+  parser.add_argument("--seed", type=int, default=42,
+                      help="seed of the corpora and of every hash function")
+  parser.add_argument("--out", default=None,
+                      help="results JSON (default bench/results/<date>.json)")
+  parser.add_argument("--workdir", default=None,
+                      help="where corpora and pipeline outputs go (default: a"
+                      " temporary directory, removed afterwards)")
+  parser.add_argument("--in-process", action="store_true",
+                      help="measure in this process (no pinning, no"
+                      " per-system RSS); for tests")
+  return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  args = parse_args(argv)
+  mode = "quick" if args.quick else "full"
+  sizes = {k: (v if getattr(args, k) is None else getattr(args, k))
+           for k, v in SIZES[mode].items()}
+  if min(sizes.values()) < 0 or not sizes["sig_seed"] or not sizes["e2e_seed"]:
+    raise SystemExit("--sig-seed and --e2e-seed must be positive; the other"
+                     " sizes must be >= 0")
+  sketches = [s for s in args.sketches.split(",") if s]
+  now = datetime.datetime.now(datetime.timezone.utc)
+  workdir = args.workdir or tempfile.mkdtemp(prefix="neardup-bench-")
+  runner = Runner(args.in_process)
+  results = {"date": now.strftime("%Y-%m-%d %H:%M UTC"), "mode": mode,
+             "sizes": sizes, "machine": machine_info(),
+             "pinned_cpu": runner.cpu,
+             "params": {name: corpus_params(name, args.seed)
+                        for name in CORPUS_PARAMS}}
+  corpus_dirs = {}
+
+  def corpus(key, name):
+    """The corpus of size ``sizes[key]``, generated once into the workdir."""
+    if key not in corpus_dirs:
+      print(f"[bench] generating {name} corpus of {sizes[key]:,} docs ...",
+            file=sys.stderr, flush=True)
+      corpus_dirs[key] = os.path.join(workdir, key)
+      corpora.write(GENERATORS[name](sizes[key], seed=args.seed),
+                    corpus_dirs[key])
+    return corpus_dirs[key]
+
+  sig_rows, e2e_rows, scale = [], [], None
+  try:
+    for key, name in SIG_CORPORA:
+      for system in ([f"ours-{s}" for s in sketches] + list(PEERS)
+                     if sizes[key] else ()):
+        r = runner.measure({"kind": "signatures", "system": system,
+                            "corpus": corpus(key, name), "docs": sizes[key],
+                            "params": results["params"][name],
+                            "repeats": args.repeats})
+        r.setdefault("corpus", name)
+        if "seconds" in r:
+          r["docs_per_s"] = r["docs"] / r["seconds"]
+          r["mb_per_s"] = r["bytes"] / r["seconds"] / 1e6
+        sig_rows.append(r)
+    for key, name in E2E_CORPORA:
+      for system in ("ours",) + E2E_PEERS if sizes[key] else ():
+        spec = {"kind": "clusters", "system": system,
+                "corpus": corpus(key, name), "docs": sizes[key],
+                "params": results["params"][name]}
+        r = (runner.pipeline(spec, os.path.join(workdir, key + "-out"))
+             if system == "ours" else runner.measure(spec))
+        e2e_rows.append(dict(r, corpus=name))
+    if sizes["scale"]:
+      spec = {"kind": "clusters", "system": "ours",
+              "corpus": corpus("scale", "seed-style"), "docs": sizes["scale"],
+              "params": results["params"]["seed-style"]}
+      scale = dict(runner.pipeline(spec, os.path.join(workdir, "scale-out")),
+                   corpus="seed-style")
+  finally:
+    if not args.workdir:
+      shutil.rmtree(workdir, ignore_errors=True)
+
+  results["signatures"] = sig_rows
+  results["end_to_end"] = e2e_rows
+  results["scale"] = scale
+  results["ratios"] = ratios(sig_rows, e2e_rows)
+  results["targets"] = evaluate_targets(sig_rows, e2e_rows, scale, sizes)
+  results["machine"]["load_avg_end"] = os.getloadavg()
+  out = args.out or os.path.join(ROOT, "bench", "results",
+                                 now.strftime("%Y-%m-%d") + ".json")
+  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+  with open(out, "w", encoding="utf-8") as f:
+    json.dump(results, f, indent=1)
+  print(markdown(results))
+  print(f"[bench] results written to {out}", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,161 @@
+"""The benchmark harness (bench/) at tiny size: every system runs, quality
+against the planted duplicates is sane, ratios and targets are reported.
+No timing assertions: speed is what the harness reports, not what tests
+check."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bench import corpora
+from bench import run
+from bench import systems
+
+OURS = ("ours-classic", "ours-oph")
+PEERS = ("rensa", "rensa-matrix", "datasketch", "seed-numpy", "py-shingles")
+E2E = ("ours", "rensa", "datasketch", "seed-numpy")
+
+
+def test_seed_style_corpus_plants_copies_with_ten_percent_replaced():
+  corpus = corpora.seed_style(500, seed=3)
+  assert len(corpus.texts) == 500
+  assert corpus == corpora.seed_style(500, seed=3)
+  assert 80 <= len(corpus.groups) <= 150  # 30% of ~385 originals
+  for a, b in corpus.groups:
+    x, y = corpus.texts[a].split(), corpus.texts[b].split()
+    assert b == a + 1 and len(x) == len(y) == 50
+    assert sum(u != v for u, v in zip(x, y)) <= 5
+
+
+def test_web_like_corpus_shape_and_planted_groups():
+  corpus = corpora.web_like(300, seed=5)
+  assert len(corpus.texts) == 300
+  assert corpus == corpora.web_like(300, seed=5)
+  lengths = np.array([len(t.split()) for t in corpus.texts])
+  assert 200 < np.median(lengths) < 700 and lengths.max() <= 5000 + 20
+  assert any(c in corpus.texts[0] for c in ".?!")
+  assert any(w[0].isupper() for w in corpus.texts[0].split())
+  assert corpus.groups
+  members = [i for g in corpus.groups for i in g]
+  assert len(members) == len(set(members))  # groups are disjoint
+  sets = systems.shingle_sets(corpus.texts, 5)
+  for group in corpus.groups:
+    base = sets[group[0]]
+    for other in group[1:]:
+      # Copies have a few % of words changed (and a header), the other
+      # direction of the group likewise: Jaccard well above unrelated text.
+      jaccard = len(base & sets[other]) / len(base | sets[other])
+      assert jaccard > 0.3
+
+
+def test_pair_metrics_counts_pairs_inside_clusters():
+  groups = [[0, 1, 2], [5, 6]]
+  # Cluster {0, 1, 9}: one true pair (0, 1), two false; {5, 6}: one true.
+  labels = {0: 0, 1: 0, 9: 0, 5: 5, 6: 5}
+  m = systems.pair_metrics(labels, groups, strong_pairs=[(0, 2), (5, 6)])
+  assert (m["predicted_pairs"], m["truth_pairs"], m["true_positive_pairs"]
+          ) == (4, 4, 2)
+  assert m["precision"] == 0.5 and m["recall"] == 0.5
+  assert m["pairs_at_threshold"] == 2 and m["recall_at_threshold"] == 0.5
+  assert (m["clusters"], m["clustered_docs"]) == (2, 5)
+
+
+def test_pairs_at_least_keeps_planted_pairs_above_the_threshold():
+  texts = ["a b c d e f g h", "a b c d e f g x", "a b c r s t u v",
+           "z y"]
+  # 3-gram Jaccard: (0, 1) 5/7; (0, 2) and (1, 2) 1/11.
+  assert systems.pairs_at_least(texts, [[0, 1, 2]], 3, 0.5) == [(0, 1)]
+  assert systems.pairs_at_least(texts, [[0, 1, 2]], 3, 0.05) == [
+      (0, 1), (0, 2), (1, 2)]
+
+
+def test_bands_rows_divide_num_perm_for_every_system():
+  for name in run.CORPUS_PARAMS:
+    p = run.corpus_params(name, seed=1)
+    assert p["bands"] * p["rows"] == run.NUM_PERM
+  assert run.corpus_params("seed-style", 1)[("bands")] == 32  # the method's
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+  out = tmp_path_factory.mktemp("bench") / "results.json"
+  code = run.main(["--quick", "--in-process", "--sig-seed", "150",
+                   "--sig-web", "40", "--e2e-seed", "600", "--e2e-web", "0",
+                   "--scale", "0", "--repeats", "1", "--seed", "7",
+                   "--out", str(out)])
+  assert code == 0
+  with open(out, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def test_harness_measures_every_system_on_both_corpora(tiny_results):
+  rows = {(r["corpus"], r["system"]): r for r in tiny_results["signatures"]}
+  for corpus in ("seed-style", "web-like"):
+    for system in OURS + PEERS:
+      r = rows[(corpus, system)]
+      assert "error" not in r, r.get("error")
+      assert r["docs_per_s"] > 0 and r["mb_per_s"] > 0
+  ratios = tiny_results["ratios"]["signatures_docs_per_s_ours_over_peer"]
+  for corpus in ("seed-style", "web-like"):
+    for ours in OURS:
+      for peer in PEERS:
+        assert ratios[corpus][f"{ours}/{peer}"] > 0
+
+
+def test_harness_end_to_end_finds_the_planted_duplicates(tiny_results):
+  rows = {r["system"]: r for r in tiny_results["end_to_end"]}
+  assert set(rows) == set(E2E)
+  for system, r in rows.items():
+    assert "error" not in r, r.get("error")
+    assert r["docs"] == 600 and r["truth_pairs"] > 100
+    assert r["recall"] > 0.5, system
+    assert r["recall_at_threshold"] >= r["recall"] - 0.05, system
+    assert r["precision"] > 0.5, system
+  assert rows["ours"]["stats"]["docs_in"] == 600
+  ratios = tiny_results["ratios"]["end_to_end_wall_ours_over_peer"]
+  assert set(ratios["seed-style@600"]) == {"ours/rensa", "ours/datasketch",
+                                           "ours/seed-numpy"}
+
+
+def test_harness_evaluates_every_target(tiny_results):
+  status = {t["id"]: t["status"] for t in tiny_results["targets"]}
+  assert set(status) == {"1a", "1b", "2", "3a", "3b", "4"}
+  for tid in ("1a", "1b", "2", "3a", "3b"):
+    assert status[tid] in ("PASS", "FAIL"), tid
+  assert status["4"] == "SKIP"
+  report = run.markdown(tiny_results)
+  for system in OURS + PEERS:
+    assert f"| {system} |" in report
+
+
+def test_measurement_child_is_pinned_and_reports_its_rss(tmp_path):
+  directory = str(tmp_path / "c")
+  corpora.write(corpora.seed_style(200, seed=2), directory)
+  runner = run.Runner(in_process=False)
+  r = runner.measure({"kind": "clusters", "system": "rensa",
+                      "corpus": directory, "docs": 200,
+                      "params": run.corpus_params("seed-style", 2)})
+  assert "error" not in r, r.get("error")
+  assert r["cpus"] == [runner.cpu]
+  assert r["peak_rss_mb"] >= r["rss_before_mb"] > 0
+  assert r["recall"] > 0.5
+
+
+def test_pipeline_output_gives_pairs_and_shuffle_bytes_per_document(tmp_path):
+  (tmp_path / "clusters").mkdir()
+  rows = [{"doc_id": 3, "position": 4, "cluster_id": 3},
+          {"doc_id": 7, "position": 8, "cluster_id": 3}]
+  (tmp_path / "clusters" / "part-00000.jsonl").write_text(
+      "".join(json.dumps(r) + "\n" for r in rows))
+  (tmp_path / "stats.json").write_text(json.dumps({
+      "docs_in": 10, "kept": 9, "removed": 1, "rejected": 0,
+      "shuffle_bytes": {"band_keys": 400, "edges": 100}}))
+  out = run.read_pipeline_output(str(tmp_path), [[3, 7], [1, 2]],
+                                 strong_pairs=[(3, 7)])
+  assert (out["precision"], out["recall"], out["recall_at_threshold"]
+          ) == (1.0, 0.5, 1.0)
+  assert out["shuffle_bytes_per_doc"] == 50.0
+  assert out["shuffle_bytes_per_doc_by_shuffle"] == {"band_keys": 40.0,
+                                                     "edges": 10.0}
+  assert out["stats"]["removed"] == 1
