@@ -12,6 +12,10 @@ from transforms import metrics
 from transforms.kernels import graph
 
 
+_SETTLED = "settled"
+_SHUFFLED = metrics.SHUFFLE_PREFIX + "connected_components"
+
+
 class ResidualTooLargeError(RuntimeError):
   """The rounds left more unsettled edges than may be resolved in one place."""
 
@@ -21,7 +25,8 @@ class ConnectedComponents(beam.PTransform):
   the label is the component's minimum id. Returns ``{"labels", "counts"}``.
 
   ``max_rounds`` alternating large-star/small-star rounds run (Beam cannot
-  loop; a round that changes nothing passes edges through cheaply). Each
+  loop); once a round changes nothing, the edges skip the remaining rounds
+  (a side-input flag), so converged graphs are not shuffled again. Each
   round reports the number of edges it re-pointed (``cc_changed_round_NNN``,
   a counter and a stat). Whatever the rounds leave unsettled (not yet a star
   around its component minimum) is resolved exactly by union-find in one
@@ -36,15 +41,44 @@ class ConnectedComponents(beam.PTransform):
 
   def expand(self, edges):
     current = edges | "Orient" >> beam.Map(_orient)
-    counts = []
+    counts, settled, converged = [], [], None
     for i in range(1, self._max_rounds + 1):
+      if converged is not None:
+        # After a round that changed nothing the edges form stars around
+        # their component minima, and every later round is a no-op: they
+        # bypass the remaining rounds instead of being shuffled again.
+        split = current | f"Bypass{i:03d}" >> beam.ParDo(
+            _BypassFn(), beam.pvalue.AsSingleton(converged)).with_outputs(
+                _SETTLED, main="active")
+        settled.append(split[_SETTLED])
+        current = split.active
       current, changed = current | f"Round{i:03d}" >> _StarRound(i)
       counts.append(changed)
-    labels, resolved_counts = current | "ResolveResidual" >> _Resolve(
+      converged = (changed
+                   | f"ChangedIn{i:03d}" >> beam.Map(
+                       _changes_only, metrics.round_stat(i))
+                   | f"SumChanged{i:03d}" >> beam.CombineGlobally(sum)
+                   | f"Converged{i:03d}" >> beam.Map(lambda n: n == 0))
+    final = (settled + [current]) | "SettledEdges" >> beam.Flatten()
+    labels, resolved_counts = final | "ResolveResidual" >> _Resolve(
         self._max_residual_edges)
     counts.append(resolved_counts)
     return {"labels": labels,
             "counts": counts | "FlattenCounts" >> beam.Flatten()}
+
+
+def _changes_only(count, stat):
+  name, n = count
+  return n if name == stat else 0
+
+
+class _BypassFn(beam.DoFn):
+
+  def process(self, edge, converged):
+    if converged:
+      yield beam.pvalue.TaggedOutput(_SETTLED, edge)
+    else:
+      yield edge
 
 
 def _orient(edge):
@@ -80,9 +114,10 @@ class _MeteredFn(beam.DoFn):
 
   def setup(self):
     self._meter = metrics.StageMeter("components", "nodes")
+    self._counts = metrics.BundleCounts()
 
   def finish_bundle(self):
-    return self._meter.flush()
+    return self._meter.flush() + self._counts.flush()
 
 
 @beam.typehints.with_output_types(Tuple[int, int])
@@ -95,9 +130,9 @@ class _LargeStarFn(_MeteredFn):
     larger, m = graph.large_star(node, neighbors)
     self._meter.stop()
     self._meter.done(1)
-    yield metrics.shuffled("connected_components", 16 * len(neighbors))
-    if m != node and len(larger):
-      yield metrics.count_tag(stat, len(larger))
+    self._counts.add(_SHUFFLED, 16 * len(neighbors))
+    if m != node:
+      self._counts.add(stat, len(larger))
     for v in larger.tolist():
       yield v, m
 
@@ -113,9 +148,8 @@ class _SmallStarFn(_MeteredFn):
     moved = int(np.count_nonzero(np.unique(smaller) != m))
     self._meter.stop()
     self._meter.done(1)
-    yield metrics.shuffled("connected_components", 16 * len(smaller))
-    if moved:
-      yield metrics.count_tag(stat, moved)
+    self._counts.add(_SHUFFLED, 16 * len(smaller))
+    self._counts.add(stat, moved)
     for v in members.tolist():
       yield v, m
 

@@ -7,6 +7,7 @@ and a throttled progress log line as work is done, and their summed worker
 time as ``worker_ms_<stage>`` counts (for the run report, not stats.json).
 """
 
+import collections
 import logging
 import threading
 import time
@@ -128,6 +129,27 @@ class StageMeter:
     counter(name).inc(ms)
     return [beam.pvalue.TaggedOutput(
         COUNTS, GlobalWindows.windowed_value((name, ms)))]
+
+
+class BundleCounts:
+  """Sums counts over a bundle and emits each once, from ``finish_bundle``,
+  for DoFns that would otherwise emit a count tag per element."""
+
+  def __init__(self):
+    self._totals = collections.Counter()
+
+  def add(self, name: str, n: int) -> None:
+    self._totals[name] += n
+
+  def flush(self):
+    out = []
+    for name, n in sorted(self._totals.items()):
+      if n:
+        counter(name).inc(n)
+        out.append(beam.pvalue.TaggedOutput(
+            COUNTS, GlobalWindows.windowed_value((name, int(n)))))
+    self._totals.clear()
+    return out
 
 
 _progress_lock = threading.Lock()

@@ -61,9 +61,10 @@ class _ChooseFn(beam.DoFn):
   def setup(self):
     self._sizes = metrics.distribution("cluster_size")
     self._meter = metrics.StageMeter("selection", "clusters")
+    self._counts = metrics.BundleCounts()
 
   def finish_bundle(self):
-    return self._meter.flush()
+    return self._meter.flush() + self._counts.flush()
 
   def process(self, element):
     label, members = element
@@ -75,12 +76,12 @@ class _ChooseFn(beam.DoFn):
     self._meter.stop()
     self._meter.done(1)
     size = len(members)
-    yield metrics.shuffled("select_kept", 24 * size)
     self._sizes.update(size)
-    yield metrics.count_tag("clusters", 1)
-    yield metrics.count_tag("clustered_docs", size)
+    self._counts.add(metrics.SHUFFLE_PREFIX + "select_kept", 24 * size)
+    self._counts.add("clusters", 1)
+    self._counts.add("clustered_docs", size)
     # bit_length() - 1 = floor(log2(size))
-    yield metrics.count_tag(metrics.size_bin_stat(
-        metrics.CLUSTER_SIZES, size.bit_length() - 1), 1)
+    self._counts.add(metrics.size_bin_stat(metrics.CLUSTER_SIZES,
+                                           size.bit_length() - 1), 1)
     for node, _ in members:
       yield node, ClusterInfo(label, size, node == kept)
