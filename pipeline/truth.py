@@ -31,7 +31,7 @@ import numpy as np
 
 from pipeline.options import CONFIG_FIELDS, DedupOptions
 from transforms.config import ConfigError, DedupConfig
-from transforms.documents import (Document, ReadFileFn, expand_inputs,
+from transforms.documents import (Document, expand_inputs, read_file,
                                   split_doc_id)
 from transforms.kernels import graph as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
@@ -54,10 +54,9 @@ def read_corpus(patterns: Sequence[str], input_format: str = "auto",
   """Reads documents with the job's reader (rejected records are skipped:
   the job never clusters them) and keys them by ``key``."""
   files = expand_inputs(patterns, input_format)
-  reader = ReadFileFn(text_field, id_field)
   keys, texts = [], []
   for input_file in files:
-    for record in reader.records(input_file):
+    for record in read_file(input_file, text_field, id_field):
       if not isinstance(record, Document):
         continue
       if key == "id":

@@ -6,6 +6,7 @@ import pytest
 from transforms.kernels.lsh import (band_keys, choose_bands_rows,
                                     collision_probability, false_negative_area,
                                     false_positive_area, shard_of, star_edges)
+from transforms.kernels import lsh
 from transforms.kernels.minhash import minhash_batch, permutations
 
 
@@ -221,3 +222,41 @@ def test_star_edges_sorted_src_less_than_dst():
   assert set(zip(src.tolist(), dst.tolist())) == expected
   assert sorted(sizes.tolist()) == sorted(
       len(m) for m in members.values() if len(m) >= 2)
+
+
+def test_node_shard_spreads_consecutive_ids_and_is_stable():
+  ids = np.arange(1 << 16, dtype=np.int64)
+  shards = lsh.node_shard(ids, 8)
+  assert shards.min() == 0 and shards.max() == 7
+  counts = np.bincount(shards, minlength=8)
+  assert counts.min() > 0.9 * len(ids) / 8
+  np.testing.assert_array_equal(shards, lsh.node_shard(ids, 8))
+
+
+def test_split_by_shard_keeps_rows_together_and_in_order():
+  shards = np.array([2, 0, 2, 1, 0])
+  values = np.array([10, 11, 12, 13, 14])
+  names = np.array(list("abcde"))
+  parts = list(lsh.split_by_shard(shards, values, names))
+  assert [s for s, _ in parts] == [0, 1, 2]
+  assert [(v.tolist(), n.tolist()) for _, (v, n) in parts] == [
+      ([11, 14], ["b", "e"]), ([13], ["d"]), ([10, 12], ["a", "c"])]
+  assert not list(lsh.split_by_shard(np.zeros(0, dtype=np.int64),
+                                     np.zeros(0)))
+
+
+def test_distinct_edges_sorts_and_drops_repeats():
+  src, dst = lsh.distinct_edges(np.array([5, 1, 5, 1, 1]),
+                                np.array([9, 3, 9, 2, 3]))
+  assert list(zip(src.tolist(), dst.tolist())) == [(1, 2), (1, 3), (5, 9)]
+
+
+def test_rows_of_finds_positions_and_names_a_missing_id():
+  ids = np.array([3, 8, 20], dtype=np.int64)
+  np.testing.assert_array_equal(lsh.rows_of(ids, np.array([20, 3, 3])),
+                                [2, 0, 0])
+  assert len(lsh.rows_of(ids[:0], np.zeros(0, dtype=np.int64))) == 0
+  with pytest.raises(KeyError, match="document id 9 "):
+    lsh.rows_of(ids, np.array([3, 9]))
+  with pytest.raises(KeyError, match="document id 4 "):
+    lsh.rows_of(ids[:0], np.array([4]))

@@ -171,7 +171,7 @@ class ReadDocuments(beam.PTransform):
     read = (files
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadFiles" >> beam.ParDo(
-                ReadFileFn(self._text_field, self._id_field)).with_outputs(
+                _ReadFileFn(self._text_field, self._id_field)).with_outputs(
                     "rejected", metrics.COUNTS, main="documents"))
     return {
         "documents": read.documents,
@@ -181,7 +181,7 @@ class ReadDocuments(beam.PTransform):
     }
 
 
-class ReadFileFn(beam.DoFn):
+class _ReadFileFn(beam.DoFn):
   """Parses one input file into documents and rejections."""
 
   def __init__(self, text_field: str, id_field: str):
@@ -202,7 +202,7 @@ class ReadFileFn(beam.DoFn):
 
   def records(self, input_file: InputFile):
     """Every row of the file as a :class:`Document` or a :class:`Rejected`,
-    in row order (also used outside Beam, e.g. by ``pipeline.truth``)."""
+    in row order."""
     index, path, fmt, _ = input_file
     if fmt == "parquet":
       return self._parquet(index, path)
@@ -319,4 +319,4 @@ def read_file(input_file: InputFile, text_field: str = "text",
   """Every row of one input file in order, as the :class:`Document` or
   :class:`Rejected` that :class:`ReadDocuments` makes of it (without adding
   to its counters); stop iterating early to read only a prefix."""
-  return ReadFileFn(text_field, id_field).records(input_file)
+  return _ReadFileFn(text_field, id_field).records(input_file)

@@ -207,13 +207,7 @@ class _ServeFn(beam.DoFn):
 
   def process(self, element):
     _, tagged = element
-    ids, values, wants = [], [], []
-    for value in tagged:
-      if value[0] == _VALUE:
-        ids.append(value[1])
-        values.append(value[2])
-      else:
-        wants.append(value[1:])
+    ids, values, wants = _partition(tagged)
     if not wants:
       return
     ids, values = _sorted_values(ids, values)
@@ -222,6 +216,19 @@ class _ServeFn(beam.DoFn):
       yield metrics.shuffled("verify_endpoints",
                              wanted.nbytes + _nbytes(found))
       yield edge_shard, (_VALUE, wanted, found)
+
+
+def _partition(tagged):
+  """``(ids, values, others)`` of a group's tagged elements: the id and value
+  arrays of the ``_VALUE`` ones, the rest without their tag."""
+  ids, values, others = [], [], []
+  for element in tagged:
+    if element[0] == _VALUE:
+      ids.append(element[1])
+      values.append(element[2])
+    else:
+      others.append(element[1:])
+  return ids, values, others
 
 
 def _sorted_values(ids, values):
@@ -308,17 +315,11 @@ class _CompareFn(beam.DoFn):
 
   def process(self, element):
     shard, tagged = element
-    ids, values, edges = [], [], []
-    for value in tagged:
-      if value[0] == _VALUE:
-        ids.append(value[1])
-        values.append(value[2])
-      else:
-        edges.append(value[1])
+    ids, values, edges = _partition(tagged)
     if not edges:
       return
     self._meter.start()
-    src, dst = concat_edges(edges)
+    src, dst = concat_edges(e for (e,) in edges)
     ids, values = _sorted_values(ids, values)
     passed, permille = self.passes(ids, values, lsh_kernels.rows_of(ids, src),
                                    lsh_kernels.rows_of(ids, dst))

@@ -187,10 +187,10 @@ def rows_of(sorted_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
   wanted = np.asarray(wanted, dtype=np.int64)
   if not len(sorted_ids):
     if len(wanted):
-      raise KeyError(f"document id {int(wanted[0])} has no signature")
+      raise KeyError(f"document id {int(wanted[0])} is not among the given ids")
     return np.zeros(0, dtype=np.int64)
   rows = np.minimum(np.searchsorted(sorted_ids, wanted), len(sorted_ids) - 1)
   missing = sorted_ids[rows] != wanted
   if np.any(missing):
-    raise KeyError(f"document id {int(wanted[missing][0])} has no signature")
+    raise KeyError(f"document id {int(wanted[missing][0])} is not among the given ids")
   return rows
