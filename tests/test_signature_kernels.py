@@ -10,7 +10,7 @@ import pytest
 import xxhash
 
 from transforms.kernels import jit, minhash, text
-from transforms.kernels.signature import signature_batch
+from transforms.kernels.signature import shingle_sets, signature_batch
 
 FULL = os.environ.get("NEARDUP_FULL") == "1"
 OPTIONS = [{}, {"lowercase": False}, {"strip_punctuation": False},
@@ -83,6 +83,23 @@ def test_signature_batch_equals_reference(unit, ngram, options, sketch):
   kept_punctuation = 1 if unit == "word" else 2  # "?!"
   assert counts[3] == (0 if options.get("strip_punctuation", True)
                        else kept_punctuation)
+
+
+@pytest.mark.parametrize("unit,ngram", [("word", 1), ("word", 3),
+                                        ("char", 4)])
+@pytest.mark.parametrize("options", OPTIONS[:3])
+def test_shingle_sets_equal_the_reference_sets(unit, ngram, options):
+  texts = _random_texts(2, 150) + ["a b a b a b", "x"]
+  values, offsets = shingle_sets(texts, unit=unit, ngram=ngram, seed=9,
+                                 **options)
+  shingles, shingle_offsets, _ = text.shingle_batch(
+      texts, unit=unit, ngram=ngram, seed=9, **options)
+  expected = text.unique_per_document(shingles, shingle_offsets)
+  assert len(offsets) == len(texts) + 1
+  for i, want in enumerate(expected):
+    np.testing.assert_array_equal(values[offsets[i]:offsets[i + 1]], want)
+  # "a b a b a b": {a, b}, {a b a, b a b}, {"a b ", " b a", "b a ", " a b"}
+  assert offsets[-2] - offsets[-3] == (4 if unit == "char" else 2)
 
 
 @pytest.mark.slow

@@ -179,19 +179,6 @@ def reset_progress() -> None:
     _progress.clear()
 
 
-class CountAs(beam.PTransform):
-  """Counts a PCollection into one ``(name, n)`` element (0 when empty)."""
-
-  def __init__(self, name: str):
-    super().__init__()
-    self._name = name
-
-  def expand(self, pcoll):
-    return (pcoll
-            | "Count" >> beam.combiners.Count.Globally()
-            | "Name" >> beam.Map(named_count, self._name))
-
-
 def named_count(n, name):
   counter(name).inc(n)
   return name, n

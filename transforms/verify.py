@@ -19,7 +19,7 @@ from transforms.config import DedupConfig
 from transforms.documents import ROW_BITS, read_texts, split_doc_id
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
-from transforms.kernels import text as text_kernels
+from transforms.kernels import signature as signature_kernels
 from transforms.lsh import concat_edges
 from transforms.signatures import normalize_options
 
@@ -346,14 +346,10 @@ class _ExactCompareFn(_CompareFn):
 
   def passes(self, ids, values, src_rows, dst_rows):
     c = self._config
-    shingles, offsets, _ = text_kernels.shingle_batch(
+    flat, set_offsets = signature_kernels.shingle_sets(
         values.tolist(), unit=c.shingle_unit, ngram=c.ngram, seed=c.seed,
         **normalize_options(c))
-    sets = text_kernels.unique_per_document(shingles, offsets)
-    sizes = np.array([len(s) for s in sets], dtype=np.int64)
-    set_offsets = np.zeros(len(sets) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=set_offsets[1:])
-    flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
+    sizes = np.diff(set_offsets)
     inter = jaccard_kernels.pair_intersections(flat, set_offsets, src_rows,
                                                dst_rows)
     union = sizes[src_rows] + sizes[dst_rows] - inter

@@ -56,6 +56,32 @@ def signature_batch(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
   return sigs, np.diff(offsets)
 
 
+def shingle_sets(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
+                 seed: int, nfkc: bool = True, lowercase: bool = True,
+                 strip_punctuation: bool = True, fold_digits: bool = False
+                 ) -> Tuple[np.ndarray, np.ndarray]:
+  """The set of shingle hashes of each text on the compiled path:
+  ``(values, offsets)``, document i's sorted distinct hashes being
+  ``values[offsets[i]:offsets[i+1]]``; the same sets as
+  ``text.shingle_batch`` followed by ``text.unique_per_document``."""
+  if unit not in ("word", "char"):
+    raise ValueError(f"unknown shingle unit {unit!r}")
+  units, unit_offsets = _units(texts, unit == "word", seed, nfkc=nfkc,
+                               lowercase=lowercase,
+                               strip_punctuation=strip_punctuation,
+                               fold_digits=fold_digits)
+  shingles, offsets = text.ngram_hashes(units, unit_offsets, ngram, seed)
+  doc = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+  order = np.lexsort((shingles, doc))
+  shingles, doc = shingles[order], doc[order]
+  fresh = np.ones(len(shingles), dtype=bool)
+  fresh[1:] = (shingles[1:] != shingles[:-1]) | (doc[1:] != doc[:-1])
+  sizes = np.bincount(doc[fresh], minlength=len(offsets) - 1)
+  set_offsets = np.zeros(len(offsets), dtype=np.int64)
+  np.cumsum(sizes, out=set_offsets[1:])
+  return shingles[fresh], set_offsets
+
+
 def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
            fold_digits):
   """Unit hashes and offsets (``text.unit_hashes``'s layout) of the texts
