@@ -21,6 +21,7 @@ from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.kernels import lsh as lsh_kernels
 
+
 class BandKey(beam.PTransform):
   """Signature batches → ``(shard, (keys uint64[m], ids int64[m]))``.
 
@@ -106,13 +107,9 @@ class _CollideFn(beam.DoFn):
 
   def process(self, element):
     _, parts = element
-    keys, ids = [], []
-    for part_keys, part_ids in parts:
-      keys.append(part_keys)
-      ids.append(part_ids)
     self._meter.start()
-    keys = np.concatenate(keys)
-    src, dst, sizes = lsh_kernels.star_edges(keys, np.concatenate(ids))
+    keys, ids = concat_pairs(parts)
+    src, dst, sizes = lsh_kernels.star_edges(keys, ids)
     batches = list(_edge_batches(src, dst, self._num_shards))
     self._meter.stop()
     self._meter.done(len(keys))
@@ -134,12 +131,13 @@ def _edge_batches(src, dst, num_shards):
     yield shard, (s, d)
 
 
-def concat_edges(parts):
-  src, dst = [], []
-  for s, d in parts:
-    src.append(s)
-    dst.append(d)
-  return np.concatenate(src), np.concatenate(dst)
+def concat_pairs(parts):
+  """``(a, b)`` array pairs → one concatenated ``(a, b)`` pair."""
+  firsts, seconds = [], []
+  for first, second in parts:
+    firsts.append(first)
+    seconds.append(second)
+  return np.concatenate(firsts), np.concatenate(seconds)
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
@@ -147,7 +145,7 @@ class _DistinctFn(beam.DoFn):
 
   def process(self, element):
     shard, parts = element
-    src, dst = lsh_kernels.distinct_edges(*concat_edges(parts))
+    src, dst = lsh_kernels.distinct_edges(*concat_pairs(parts))
     yield metrics.count_tag("candidate_edges", len(src))
     yield shard, (src, dst)
 

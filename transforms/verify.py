@@ -20,7 +20,7 @@ from transforms.documents import ROW_BITS, read_texts, split_doc_id
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import signature as signature_kernels
-from transforms.lsh import concat_edges
+from transforms.lsh import concat_pairs
 from transforms.signatures import normalize_options
 
 REMOVED_STAT = "verify_removed_edges"
@@ -319,7 +319,7 @@ class _CompareFn(beam.DoFn):
     if not edges:
       return
     self._meter.start()
-    src, dst = concat_edges(e for (e,) in edges)
+    src, dst = concat_pairs(e for (e,) in edges)
     ids, values = _sorted_values(ids, values)
     passed, permille = self.passes(ids, values, lsh_kernels.rows_of(ids, src),
                                    lsh_kernels.rows_of(ids, dst))

@@ -44,8 +44,8 @@ class WriteResults(beam.PTransform):
   byte for byte), so the documents themselves never go through a shuffle:
   only the clustered and rejected rows are grouped by file. A file whose
   size changed since it was matched fails the job
-  (:class:`~transforms.documents.InputChangedError`). Returns the ``kept``, ``removed``,
-  ``rejected`` and ``rejected_<reason>`` counts.
+  (:class:`~transforms.documents.InputChangedError`). Returns the ``kept``,
+  ``removed``, ``rejected`` and ``rejected_<reason>`` counts.
   """
 
   def __init__(self, output: str, id_field: str = "id"):
@@ -127,7 +127,7 @@ class _WriteFileFn(beam.DoFn):
       if part.last_row() >= (chunk << PART_ROW_BITS) + n_rows:
         parts[chunk] = part
         break
-      self._write_tables(source.index, chunk, part, user_ids, source)
+      self._write_tables(source, chunk, part, user_ids)
       totals["kept"] += kept
       totals["removed"] += sum(not i.kept for i in part.clusters.values())
       totals["rejected"] += len(part.rejected)
@@ -203,8 +203,9 @@ class _WriteFileFn(beam.DoFn):
       if chunk is not None:
         yield chunk, row - (chunk << PART_ROW_BITS), sink.close(), user_ids
 
-  def _write_tables(self, index, chunk, part, user_ids, source):
+  def _write_tables(self, source, chunk, part, user_ids):
     """The part's ``clusters/`` and ``rejected/`` files, if it has rows."""
+    index = source.index
     if part.clusters:
       rows = [_cluster_row(make_doc_id(index, row), info, user_ids.get(row),
                            source)
