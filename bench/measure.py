@@ -22,12 +22,60 @@ import json
 import os
 import resource
 import sys
+import threading
 import time
 
 from bench import corpora
 from bench import systems
 
 WARMUP_DOCS = 256
+
+
+class TreeRssSampler:
+  """Peak of the summed RSS of a process and all its descendants (a runner
+  such as Prism is a separate process the job starts), sampled from /proc
+  every ``interval_s`` in a background thread until ``stop()``."""
+
+  def __init__(self, pid: int, interval_s: float = 0.05):
+    self.pid = pid
+    self.peak_mb = 0.0
+    self._done = threading.Event()
+    self._thread = threading.Thread(target=self._loop, args=(interval_s,),
+                                    daemon=True)
+    self._thread.start()
+
+  def _loop(self, interval_s: float) -> None:
+    while not self._done.wait(interval_s):
+      self.peak_mb = max(self.peak_mb, round(self._tree_rss_kb() / 1024, 1))
+
+  def _tree_rss_kb(self) -> int:
+    children = {}
+    for entry in os.listdir("/proc"):
+      if entry.isdigit():
+        try:
+          with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+            # The command name (field 2) may hold spaces: split after it.
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+          continue
+        children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [self.pid]
+    while todo:
+      pid = todo.pop()
+      todo.extend(children.get(pid, ()))
+      try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+          total += int(f.read().split()[1]) * _PAGE_KB
+      except (OSError, ValueError, IndexError):
+        pass
+    return total
+
+  def stop(self) -> None:
+    self._done.set()
+    self._thread.join()
+
+
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def _peak_rss_mb() -> float:

@@ -44,6 +44,8 @@ if ROOT not in sys.path:
 from bench import corpora  # noqa: E402  (needs ROOT on sys.path)
 from bench import measure  # noqa: E402
 from bench import systems  # noqa: E402
+from pipeline.cli import DEFAULT_RUNNER  # noqa: E402
+from pipeline.engines import find_prism, missing_prism_reason  # noqa: E402
 
 NUM_PERM = 128
 # Seed-style: the method's experiment (word 3-grams; copies with 10% of tokens
@@ -58,10 +60,13 @@ PEERS = ("rensa", "rensa-matrix", "datasketch", "seed-numpy", "py-shingles")
 E2E_PEERS = ("rensa", "datasketch", "seed-numpy")
 SIZES = {
     "quick": {"sig_seed": 5000, "sig_web": 2000, "e2e_seed": 20_000,
-              "e2e_web": 0, "scale": 0},
+              "e2e_web": 0, "scale": 0, "runners_tiny": 20},
     "full": {"sig_seed": 20_000, "sig_web": 10_000, "e2e_seed": 100_000,
-             "e2e_web": 20_000, "scale": 1_000_000},
+             "e2e_web": 20_000, "scale": 1_000_000, "runners_tiny": 20},
 }
+# Local runners compared on the seed-style corpus at runners_tiny, e2e_seed
+# and scale documents (the last two reuse the default runner's run).
+LOCAL_RUNNERS = ("FnApiRunner", "PrismRunner")
 TARGET_E2E_DOCS = 100_000
 TARGET_SCALE_DOCS = 1_000_000
 
@@ -109,14 +114,17 @@ class Runner:
       proc = subprocess.Popen(
           cmd, cwd=ROOT, env=env, stdout=out, stderr=err,
           preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+      tree = measure.TreeRssSampler(proc.pid)
       # wait4 (not communicate) so that the child's own rusage comes back.
       _, status, usage = os.wait4(proc.pid, 0)
       wall = time.perf_counter() - start
+      tree.stop()
       proc.returncode = os.waitstatus_to_exitcode(status)
       out.seek(0)
       err.seek(0)
       return {"returncode": proc.returncode, "wall_s": wall,
               "peak_rss_mb": round(usage.ru_maxrss / 1024.0, 1),
+              "tree_peak_rss_mb": tree.peak_mb,
               "stdout": out.read().decode("utf-8", "replace"),
               "stderr": err.read().decode("utf-8", "replace")}
 
@@ -138,18 +146,22 @@ class Runner:
     result["peak_rss_mb"] = child["peak_rss_mb"]
     return result
 
-  def pipeline(self, spec: dict, out_dir: str) -> dict:
-    """Ours end to end: ``python -m pipeline`` on the corpus JSONL."""
+  def pipeline(self, spec: dict, out_dir: str,
+               runner: Optional[str] = None) -> dict:
+    """Ours end to end: ``python -m pipeline`` on the corpus JSONL (on
+    ``runner``, else the CLI's default)."""
     corpus_dir, params, docs = spec["corpus"], spec["params"], spec["docs"]
-    print(f"[bench] end to end ours (python -m pipeline) on {docs:,} docs ...",
-          file=sys.stderr, flush=True)
+    print(f"[bench] end to end ours (python -m pipeline) on {docs:,} docs"
+          f" ({runner or 'default runner'}) ...", file=sys.stderr, flush=True)
     argv = ["--input", os.path.join(corpus_dir, "corpus.jsonl"),
             "--output", out_dir, "--overwrite", "true",
             "--ngram", str(params["ngram"]), "--bands", str(params["bands"]),
             "--rows", str(params["rows"]), "--num_perm", str(NUM_PERM),
             "--threshold", str(params["threshold"]),
             "--seed", str(params["seed"])]
-    result = {"kind": "clusters", "system": "ours", "docs": docs}
+    argv += ["--runner", runner] if runner else []
+    result = {"kind": "clusters", "system": "ours", "docs": docs,
+              "runner": runner or DEFAULT_RUNNER}
     if self.in_process:
       from pipeline.cli import main
       start = time.perf_counter()
@@ -163,6 +175,7 @@ class Runner:
         return dict(result, error=child["stderr"][-2000:])
       result["seconds"] = child["wall_s"]
       result["peak_rss_mb"] = child["peak_rss_mb"]
+      result["tree_peak_rss_mb"] = child["tree_peak_rss_mb"]
     corpus = corpora.read(corpus_dir)
     result["corpus"] = corpus.name
     result["bytes"] = sum(len(t.encode("utf-8")) for t in corpus.texts)
@@ -194,6 +207,35 @@ def read_pipeline_output(out_dir: str, groups, strong_pairs) -> dict:
     out["shuffle_bytes_per_doc_by_shuffle"] = {
         k: v / stats["docs_in"] for k, v in shuffle.items()}
   return out
+
+
+def compare_runners(runner: Runner, names: str, sizes: dict, e2e_rows,
+                    scale, corpus, params: dict, workdir: str) -> List[dict]:
+  """Ours on each local runner, seed-style corpus, at ``runners_tiny``,
+  ``e2e_seed`` and ``scale`` documents; the default runner's rows at the
+  last two sizes are those of the end-to-end and scale runs."""
+  rows = []
+  for name in (n.strip() for n in names.split(",") if n.strip()):
+    for key in ("runners_tiny", "e2e_seed", "scale"):
+      if not sizes[key]:
+        continue
+      if name == "PrismRunner" and find_prism() is None:
+        rows.append({"runner": name, "docs": sizes[key],
+                     "error": missing_prism_reason()})
+        continue
+      reuse = ([r for r in e2e_rows if r.get("corpus") == "seed-style"
+                and r["system"] == "ours"] if key == "e2e_seed"
+               else [scale] if key == "scale" else [])
+      if name == DEFAULT_RUNNER and reuse and "seconds" in reuse[0]:
+        rows.append(dict(reuse[0], runner=name))
+        continue
+      spec = {"kind": "clusters", "system": "ours", "docs": sizes[key],
+              "corpus": corpus(key, "seed-style"),
+              "params": params["seed-style"]}
+      rows.append(dict(runner.pipeline(
+          spec, os.path.join(workdir, f"{key}-{name}-out"), runner=name),
+                       corpus="seed-style"))
+  return rows
 
 
 # ----------------------------------------------------------------- report
@@ -392,6 +434,22 @@ def markdown(results: dict) -> str:
                         r["shuffle_bytes_per_doc_by_shuffle"].items())
       lines.append(f"- {r['corpus']} @ {r['docs']:,}: total"
                    f" {r['shuffle_bytes_per_doc']:,.0f} ({parts})")
+  if results.get("runners"):
+    lines += ["", "Local runners (ours end to end, seed-style, whole process"
+              " tree's peak RSS sampled every 50 ms):", "",
+              "| runner | docs | wall s | peak RSS MB (tree) |"
+              " ÷ FnApiRunner wall |", "|---|---|---|---|---|"]
+    base = {r["docs"]: r["seconds"] for r in results["runners"]
+            if r["runner"] == "FnApiRunner" and "seconds" in r}
+    for r in results["runners"]:
+      if "error" in r:
+        lines.append(f"| {r['runner']} | {_fmt(r['docs'])} | error:"
+                     f" {r['error'].strip().splitlines()[-1][:120]} | | |")
+        continue
+      ratio = (r["seconds"] / base[r["docs"]] if r["docs"] in base else None)
+      lines.append(f"| {r['runner']} | {_fmt(r['docs'])} |"
+                   f" {_fmt(r['seconds'])} |"
+                   f" {_fmt(r.get('tree_peak_rss_mb'), 0)} | {_fmt(ratio)} |")
   lines += ["", "Targets (issue 3):", ""]
   for t in results["targets"]:
     note = f" — {t['note']}" if t["note"] else ""
@@ -419,6 +477,10 @@ def parse_args(argv):
   parser.add_argument("--sketches", default="classic,oph",
                       help="our sketches to measure (signature_batch's"
                       " sketch=), comma-separated")
+  parser.add_argument("--runners", default=",".join(LOCAL_RUNNERS),
+                      help="local runners to compare end to end (ours),"
+                      " comma-separated; PrismRunner needs"
+                      " scripts/install_prism.sh")
   parser.add_argument("--seed", type=int, default=42,
                       help="seed of the corpora and of every hash function")
   parser.add_argument("--out", default=None,
@@ -489,6 +551,8 @@ def main(argv: Optional[List[str]] = None) -> int:
               "params": results["params"]["seed-style"]}
       scale = dict(runner.pipeline(spec, os.path.join(workdir, "scale-out")),
                    corpus="seed-style")
+    runner_rows = compare_runners(runner, args.runners, sizes, e2e_rows,
+                                  scale, corpus, results["params"], workdir)
   finally:
     if not args.workdir:
       shutil.rmtree(workdir, ignore_errors=True)
@@ -496,6 +560,7 @@ def main(argv: Optional[List[str]] = None) -> int:
   results["signatures"] = sig_rows
   results["end_to_end"] = e2e_rows
   results["scale"] = scale
+  results["runners"] = runner_rows
   results["ratios"] = ratios(sig_rows, e2e_rows)
   results["targets"] = evaluate_targets(sig_rows, e2e_rows, scale, sizes)
   results["machine"]["load_avg_end"] = os.getloadavg()

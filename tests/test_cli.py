@@ -13,6 +13,8 @@ from transforms.kernels.minhash import OPH_SCHEME
 from tests.corpus import (read_jsonl, seed_corpus, stats_of, tree_bytes,
                           write_jsonl)
 
+pytestmark = pytest.mark.e2e
+
 SEED_ARGS = ["--ngram", "3", "--num_perm", "128", "--bands", "32", "--rows",
              "4", "--threshold", "0.4"]
 

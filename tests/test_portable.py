@@ -19,6 +19,8 @@ import pytest
 from pipeline.cli import main
 from tests.corpus import seed_corpus, stats_of, tree_bytes, write_jsonl
 
+pytestmark = pytest.mark.e2e
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED_ARGS = ["--ngram", "3", "--bands", "32", "--rows", "4", "--threshold",
              "0.4"]

@@ -20,6 +20,8 @@ from tests.corpus import real_text_corpus, seed_corpus, stats_of, write_jsonl
 from transforms.config import DedupConfig
 from transforms.kernels import graph
 
+pytestmark = pytest.mark.e2e
+
 MIN_DOCS, MIN_DUPLICATES = 300, 50
 
 

@@ -212,6 +212,7 @@ def _planted_corpus():
   return texts
 
 
+@pytest.mark.e2e
 def test_cli_run_writes_a_report_matching_its_outputs(tmp_path, capsys):
   texts = _planted_corpus()
   write_jsonl(tmp_path / "in.jsonl", texts)
@@ -293,6 +294,7 @@ def test_counters_carry_progress_histograms_and_timings(tmp_path):
       for stage in STAGES if metrics.TIMING_PREFIX + stage in counters}
 
 
+@pytest.mark.e2e
 def test_snippets_are_read_back_from_text_and_parquet_inputs(tmp_path):
   import pyarrow as pa
   import pyarrow.parquet as pq

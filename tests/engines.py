@@ -1,0 +1,118 @@
+"""The engine tier: every end-to-end CLI test also runs on a real Beam engine.
+
+With ``NEARDUP_ENGINE=prism`` (what ``.ci/run``'s engine tier sets), each
+``pipeline.cli.main(argv)`` call a test makes runs twice: first on the
+in-process FnApiRunner into a temporary twin folder, then on Prism into the folder
+the test asked for, and the two output trees must be byte-identical (timing
+fields aside, see ``tests.corpus.tree_bytes``) with the same exit code. The
+test itself then checks Prism's outputs as usual. Calls that pick their own
+``--runner`` run once, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Callable, List, Optional
+
+import pytest
+
+from pipeline import engines
+from tests.corpus import tree_bytes
+
+ENGINE_ENV = "NEARDUP_ENGINE"
+ENGINES = ("prism",)
+# Output folder -> its FnApiRunner twin, outside the test's folders (so no
+# input glob of the test can match it); the same twin for every call with the
+# same output, so that a rerun meets the outputs of the first run there too.
+_references = {}
+
+
+def selected_engine() -> str:
+  """The engine named by ``NEARDUP_ENGINE`` ('' when unset)."""
+  name = os.environ.get(ENGINE_ENV, "").strip().lower()
+  if name and name not in ENGINES:
+    raise pytest.UsageError(f"{ENGINE_ENV}={name!r}: choose one of {ENGINES}")
+  return name
+
+
+def require_prism() -> str:
+  """The cached Prism binary, or skips the calling test with the reason."""
+  path = engines.find_prism()
+  if path is None:
+    pytest.skip(engines.missing_prism_reason())
+  return path
+
+
+def _flag_value(argv: List[str], flag: str) -> Optional[str]:
+  for i, arg in enumerate(argv):
+    if arg == flag and i + 1 < len(argv):
+      return argv[i + 1]
+    if arg.startswith(flag + "="):
+      return arg.split("=", 1)[1]
+  return None
+
+
+def _with_output(argv: List[str], output: str) -> List[str]:
+  out, skip = [], False
+  for arg in argv:
+    if skip:
+      out.append(output)
+      skip = False
+    elif arg == "--output":
+      out.append(arg)
+      skip = True
+    elif arg.startswith("--output="):
+      out.append("--output=" + output)
+    else:
+      out.append(arg)
+  return out
+
+
+# The test running now (set by an autouse fixture in conftest.py).
+current_test: Optional[pytest.Item] = None
+# Calls that choose their own runner (or its mode) run once, unchanged.
+_RUNNER_FLAGS = ("--runner", "--direct_running_mode", "--direct_num_workers")
+
+
+def _reference_for(output: str) -> str:
+  if output not in _references:
+    _references[output] = os.path.join(
+        tempfile.mkdtemp(prefix="neardup-fnapi-reference-"), "out")
+  return _references[output]
+
+
+def cross_checked(main: Callable[[Optional[List[str]]], int],
+                  engine: str):
+  """``main`` for the suite: a job run by a test not marked ``e2e`` fails
+  (so that the engine tier cannot miss it); with ``engine`` set, each job
+  runs on FnApiRunner and on that engine and the outputs are compared."""
+
+  def run_on_both(argv: Optional[List[str]] = None) -> int:
+    argv = list(argv or [])
+    output = _flag_value(argv, "--output")
+    if output is None or any(_flag_value(argv, f) is not None
+                             for f in _RUNNER_FLAGS):
+      return main(argv)
+    if current_test is not None and not current_test.get_closest_marker(
+        "e2e"):
+      raise AssertionError(
+          f"{current_test.nodeid} runs the batch job through pipeline.cli."
+          "main: mark it @pytest.mark.e2e so that the engine tier also runs"
+          " it on Prism")
+    if not engine:
+      return main(argv)
+    prism = require_prism()
+    reference = _reference_for(output)
+    ref_code = main(_with_output(argv, reference) + ["--runner", "FnApiRunner"])
+    code = main(argv + ["--runner", "PrismRunner", "--prism_location", prism])
+    assert code == ref_code, (
+        f"exit code {code} on Prism, {ref_code} on FnApiRunner: {argv}")
+    if code == 0:
+      ours, ref = tree_bytes(output), tree_bytes(reference)
+      assert sorted(ours) == sorted(ref), (sorted(ours), sorted(ref))
+      differing = [name for name in ref if ours[name] != ref[name]]
+      assert not differing, f"Prism outputs differ from FnApiRunner's: {differing}"
+    return code
+
+  return run_on_both
