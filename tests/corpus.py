@@ -8,6 +8,7 @@ import importlib.util
 import json
 import lzma
 import os
+import re
 from typing import List, Set, Tuple
 
 import numpy as np
@@ -148,15 +149,24 @@ def stats_of(out) -> dict:
 
 # Measured times differ run to run; the rest of the report must not.
 _TIMED_REPORT_FIELDS = ("worker_seconds", "wall_seconds")
+_TIMING_SECTION = re.compile(rb'<section id="timings">.*?</section>\n',
+                             re.S)
+
+
+def comparable_report_html(page: bytes) -> bytes:
+  """report.html without its timing section (the only measured part)."""
+  stripped, found = _TIMING_SECTION.subn(b"", page)
+  assert found == 1, "report.html has no timing section to leave out"
+  return stripped
 
 
 def tree_bytes(out) -> dict:
   """Every file under ``out`` as relative path -> bytes; ``report.json``
-  without its timings, ``report.html`` (its rendering, with them) left out."""
+  without its timings and ``report.html`` without its timing section."""
   files = {}
   for path in sorted(glob.glob(os.path.join(out, "**", "*"), recursive=True)):
     name = os.path.relpath(path, out)
-    if not os.path.isfile(path) or name == "report.html":
+    if not os.path.isfile(path):
       continue
     with open(path, "rb") as f:
       files[name] = f.read()
@@ -165,4 +175,6 @@ def tree_bytes(out) -> dict:
       for field in _TIMED_REPORT_FIELDS:
         report.pop(field, None)
       files[name] = json.dumps(report, sort_keys=True).encode("utf-8")
+    elif name == "report.html":
+      files[name] = comparable_report_html(files[name])
   return files
