@@ -17,6 +17,7 @@ from pipeline import evaluate, truth
 from pipeline.cli import main
 from transforms.config import DedupConfig
 from transforms.kernels.minhash import OPH_SCHEME
+from tests.conftest import SAMPLE
 from tests.corpus import (read_jsonl, seed_corpus, stats_of, tree_bytes,
                           write_jsonl)
 
@@ -228,16 +229,7 @@ def test_missing_input_exits_2_and_other_pipelines_still_parse(capsys):
   PipelineOptions(["--runner", "FnApiRunner"]).get_all_options()
 
 
-SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
-                      "sample", "*.jsonl")
 PLANTED = re.compile(r"/(v\d+|copy)$")
-
-
-@pytest.fixture(scope="module")
-def sample_run(tmp_path_factory):
-  """The README's sample command's output folder."""
-  return run(tmp_path_factory.mktemp("sample"), [SAMPLE], "--overwrite",
-             "true")
 
 
 def test_bundled_sample_runs_as_in_the_readme(sample_run):
