@@ -3,7 +3,7 @@
 * Real text: the committed licence corpus (tests/data/, frozen from one
   machine's license and copyright files); with only ``--threshold 0.8``
   (word 5-grams, K=128), documents must be clustered only through pairs that
-  really are that similar: document-level F1 >= 0.97 against
+  really are that similar: document-level F1 >= 0.985 against
   pipeline.truth's exact kernel, precision 1.
 * Seed-style corpus at ``--threshold 0.5``: the measured pair recall is
   within Z binomial standard errors of what the S-curve (and the verify
@@ -64,7 +64,7 @@ def test_licence_corpus_matches_its_manifest():
 def test_real_text_document_f1_at_threshold_alone(tmp_path):
   ids, texts = licence_corpus()
   expected = _truth(ids, texts, DedupConfig(threshold=0.8))
-  assert len(expected.clusters) > 3000  # near-duplicate documents
+  assert len(expected.clusters) == 4069  # near-duplicate documents
   out, stats = _run(tmp_path, ids, texts, "--threshold", "0.8")
   assert stats["docs_in"] == LICENCE_DOCUMENTS
   assert stats["params"]["verify"] == "exact"
@@ -74,7 +74,8 @@ def test_real_text_document_f1_at_threshold_alone(tmp_path):
   report = evaluate.evaluate(evaluate.read_clusters(out), expected,
                              len(texts), stats["params"])
   docs = report["documents"]
-  assert docs["f1"] >= 0.97, evaluate.format_report(report)
+  # Measured on this corpus: recall 0.987, F1 0.993.
+  assert docs["f1"] >= 0.985, evaluate.format_report(report)
   # Exact verification never clusters a document without a true partner.
   assert docs["precision"] == 1.0
 
