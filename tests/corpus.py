@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import glob
 import importlib.util
 import json
+import lzma
 import os
+import re
 from typing import List, Set, Tuple
 
 import numpy as np
@@ -41,7 +44,8 @@ def _make_sample():
   return module
 
 
-def real_text_corpus(max_files: int = 0) -> Tuple[List[str], List[str]]:
+def real_text_documents(max_files: int = 0) -> List[Tuple[str, str, str,
+                                                             str]]:
   """Real prose every Debian-like machine with Python packages has offline.
 
   The license and copyright texts of /usr/share/common-licenses, the
@@ -52,8 +56,10 @@ def real_text_corpus(max_files: int = 0) -> Tuple[List[str], List[str]]:
   once (thousands of verbatim GPL paragraphs would otherwise swamp the
   figures); the boilerplate shared by many packages still makes natural
   near-duplicates at every similarity. ``max_files`` > 0 keeps the first
-  that many copyright files. Returns ``(ids, texts)``, deterministic for a
-  given set of files.
+  that many copyright files. Returns ``(id, text, source, path)`` per
+  document, deterministic for a given set of files; which files exist
+  differs between machines, so tests use the committed
+  :func:`licence_corpus` built from it.
   """
   from transforms.kernels.text import normalize_texts
   ms = _make_sample()
@@ -63,11 +69,12 @@ def real_text_corpus(max_files: int = 0) -> Tuple[List[str], List[str]]:
     copyrights = copyrights[:max_files]
   sources = ms.source_files() + [(p[len("/usr/share/doc/"):], p)
                                  for p in copyrights]
-  docs = []
+  docs, paths = [], {}
   for source, path in sources:
     text = ms.read_text(path)
     if text is None:
       continue
+    paths[source] = path
     if ms.MIN_WORDS <= len(text.split()) <= ms.MAX_WORDS:
       docs.append(ms.Doc(source, text.strip(), source))
     else:
@@ -79,14 +86,44 @@ def real_text_corpus(max_files: int = 0) -> Tuple[List[str], List[str]]:
     if rng.random() < ms.VARIANT_RATE:
       variants.extend(ms.plant_variants(doc, rng))
   docs += variants
-  seen, ids, texts = set(), [], []
+  seen, out = set(), []
   for doc, norm in zip(docs, normalize_texts([d.text for d in docs])
                        .to_pylist()):
     if norm not in seen:
       seen.add(norm)
-      ids.append(doc.id)
-      texts.append(doc.text)
+      out.append((doc.id, doc.text, doc.source, paths[doc.source]))
+  return out
+
+
+def real_text_corpus(max_files: int = 0) -> Tuple[List[str], List[str]]:
+  """``(ids, texts)`` of :func:`real_text_documents` on this machine."""
+  docs = real_text_documents(max_files)
+  return [d[0] for d in docs], [d[1] for d in docs]
+
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+LICENCE_CORPUS = os.path.join(DATA, "licence_corpus.jsonl.xz")
+LICENCE_MANIFEST = os.path.join(DATA, "licence_corpus_manifest.tsv")
+
+
+def licence_corpus() -> Tuple[List[str], List[str]]:
+  """``(ids, texts)`` of the committed real-text corpus (tests/data/README.md:
+  :func:`real_text_documents` of one machine, frozen, with a manifest of
+  every source file's package, path and licence)."""
+  ids, texts = [], []
+  with lzma.open(LICENCE_CORPUS, "rt", encoding="utf-8") as f:
+    for line in f:
+      row = json.loads(line)
+      ids.append(row["id"])
+      texts.append(row["text"])
   return ids, texts
+
+
+def read_manifest() -> List[dict]:
+  """The manifest's rows (one per source file) as dicts."""
+  with open(LICENCE_MANIFEST, encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f, delimiter="\t"))
+  return [dict(zip(rows[0], r)) for r in rows[1:]]
 
 
 def write_jsonl(path, texts, ids=None) -> None:
@@ -112,15 +149,24 @@ def stats_of(out) -> dict:
 
 # Measured times differ run to run; the rest of the report must not.
 _TIMED_REPORT_FIELDS = ("worker_seconds", "wall_seconds")
+_TIMING_SECTION = re.compile(rb'<section id="timings">.*?</section>\n',
+                             re.S)
+
+
+def comparable_report_html(page: bytes) -> bytes:
+  """report.html without its timing section (the only measured part)."""
+  stripped, found = _TIMING_SECTION.subn(b"", page)
+  assert found == 1, "report.html has no timing section to leave out"
+  return stripped
 
 
 def tree_bytes(out) -> dict:
   """Every file under ``out`` as relative path -> bytes; ``report.json``
-  without its timings, ``report.html`` (its rendering, with them) left out."""
+  without its timings and ``report.html`` without its timing section."""
   files = {}
   for path in sorted(glob.glob(os.path.join(out, "**", "*"), recursive=True)):
     name = os.path.relpath(path, out)
-    if not os.path.isfile(path) or name == "report.html":
+    if not os.path.isfile(path):
       continue
     with open(path, "rb") as f:
       files[name] = f.read()
@@ -129,4 +175,6 @@ def tree_bytes(out) -> dict:
       for field in _TIMED_REPORT_FIELDS:
         report.pop(field, None)
       files[name] = json.dumps(report, sort_keys=True).encode("utf-8")
+    elif name == "report.html":
+      files[name] = comparable_report_html(files[name])
   return files

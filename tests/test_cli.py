@@ -1,15 +1,23 @@
 """End-to-end tests through the CLI's ``main(argv)`` on temporary files."""
 
+import bz2
+import glob
+import gzip
 import itertools
 import json
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 
+from pipeline import evaluate, truth
 from pipeline.cli import main
+from transforms.config import DedupConfig
 from transforms.kernels.minhash import OPH_SCHEME
+from tests.conftest import SAMPLE
 from tests.corpus import (read_jsonl, seed_corpus, stats_of, tree_bytes,
                           write_jsonl)
 
@@ -223,11 +231,104 @@ def test_missing_input_exits_2_and_other_pipelines_still_parse(capsys):
   PipelineOptions(["--runner", "FnApiRunner"]).get_all_options()
 
 
-def test_bundled_sample_runs_as_in_the_readme(tmp_path):
-  sample = os.path.join(os.path.dirname(__file__), "..", "data", "sample",
-                        "*.jsonl")
-  out = run(tmp_path, [sample], "--overwrite", "true")
-  stats = stats_of(out)
+PLANTED = re.compile(r"/(v\d+|copy)$")
+
+
+def test_bundled_sample_runs_as_in_the_readme(sample_run):
+  stats = stats_of(sample_run)
   assert stats["balanced"] and stats["rejected"] == 3
   assert stats["clusters"] >= 20
   assert stats["params"]["bands"] * stats["params"]["rows"] <= 128
+
+
+def _sample_documents():
+  docs = {}
+  for path in sorted(glob.glob(SAMPLE)):
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        try:
+          row = json.loads(line)
+        except ValueError:
+          continue  # the sample's malformed line
+        if isinstance(row.get("text"), str):
+          docs[row["id"]] = row["text"]
+  return docs
+
+
+def _jaccards(pairs):
+  """True Jaccard of each (text, text) pair, shingled as the job does."""
+  values, offsets = truth.shingle_sets([t for p in pairs for t in p],
+                                       DedupConfig())
+  sets = [set(values[offsets[i]:offsets[i + 1]].tolist())
+          for i in range(len(offsets) - 1)]
+  return [len(a & b) / len(a | b) for a, b in zip(sets[::2], sets[1::2])]
+
+
+@pytest.mark.parametrize("threshold", [0.8, 0.4])
+def test_sample_planted_copies_and_variants_cluster_with_their_original(
+    tmp_path, sample_run, threshold):
+  # data/sample/README.md: ids ending /copy are exact copies, /v1, /v2, ...
+  # edited variants of the document named by the rest of the id. At the
+  # default 0.8 each one at least that similar to its original must share
+  # its cluster; at 0.4 (the most edited variant has J = 0.41) all must.
+  docs = _sample_documents()
+  planted = sorted(i for i in docs if PLANTED.search(i))
+  assert len(planted) == 74 and sum(i.endswith("/copy") for i in planted) == 9
+  out = sample_run if threshold == 0.8 else run(
+      tmp_path, [SAMPLE], "--threshold", str(threshold))
+  cluster = {r["id"]: r["cluster_id"]
+             for r in read_jsonl(os.path.join(out, "clusters", "*.jsonl"))}
+  jaccard = _jaccards([(docs[PLANTED.sub("", i)], docs[i]) for i in planted])
+  similar = [i for i, j in zip(planted, jaccard) if j >= threshold]
+  assert len(similar) == (57 if threshold == 0.8 else 74)
+  apart = [i for i in similar
+           if i not in cluster or cluster[i] != cluster.get(PLANTED.sub("", i))]
+  assert not apart, apart
+
+
+def _compress(path, suffix, data):
+  if suffix == ".gz":
+    data = gzip.compress(data, mtime=0)
+  elif suffix == ".bz2":
+    data = bz2.compress(data)
+  elif suffix == ".zst":
+    data = zstandard.ZstdCompressor().compress(data)
+  with open(path, "wb") as f:
+    f.write(data)
+
+
+def _compressed_run(base, fmt, compression):
+  """The job's outputs on the same corpus written as ``corpus.<fmt>`` plus
+  ``compression``, the input's path replaced by ``<input>``."""
+  texts, _ = seed_corpus(n_base=200, seed=3)
+  if fmt == "jsonl":
+    lines = [json.dumps({"id": i, "text": t}) for i, t in enumerate(texts)]
+    lines[5:5] = ['{"id": "cut", "text": "unterminated', ""]
+  else:
+    lines = texts
+  # Equally long paths: the write stage's shuffle bytes count the source's.
+  folder = base / f"{fmt}{compression}".ljust(10, "_")
+  folder.mkdir()
+  path = folder / ("_" * (4 - len(compression)) + f"corpus.{fmt}{compression}")
+  _compress(path, compression, ("\n".join(lines) + "\n").encode("utf-8"))
+  out = run(folder, [path], *SEED_ARGS)
+  stats = stats_of(out)
+  assert stats["removed"] > 30 and stats["rejected"] == (
+      2 if fmt == "jsonl" else 0)
+  # Rows name their source file; the rest must be byte-identical.
+  return {k: v.replace(str(path).encode(), b"<input>")
+          for k, v in tree_bytes(out).items()}
+
+
+@pytest.fixture(scope="module")
+def uncompressed(tmp_path_factory):
+  return {fmt: _compressed_run(tmp_path_factory.getbasetemp(), fmt, "")
+          for fmt in ("jsonl", "txt")}
+
+
+@pytest.mark.parametrize("fmt,suffix", [("jsonl", ".gz"), ("jsonl", ".bz2"),
+                                        ("jsonl", ".zst"), ("txt", ".gz")])
+def test_compressed_inputs_give_the_outputs_of_uncompressed_ones(
+    tmp_path_factory, uncompressed, fmt, suffix):
+  assert _compressed_run(tmp_path_factory.getbasetemp(), fmt,
+                         suffix) == uncompressed[fmt]

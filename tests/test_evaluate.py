@@ -54,7 +54,7 @@ def _ari_from_labels(x, y):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_figures_match_brute_force(tmp_path, seed):
+def test_figures_match_brute_force(tmp_path, capsys, seed):
   rng = np.random.default_rng(seed)
   n = 60
   keys = [f"d{i}" for i in range(n)]
@@ -109,8 +109,19 @@ def test_figures_match_brute_force(tmp_path, seed):
   assert report["recall_predicted"] == pytest.approx(
       float(np.mean(params.edge_probability(sims, config))))
 
+  # --json prints exactly these figures, with the document count from
+  # stats.json (docs_in - rejected).
+  capsys.readouterr()
   assert evaluate.main(["--clusters", out, "--truth",
                         str(tmp_path / "pairs.tsv"), "--json"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert printed == json.loads(json.dumps(report))
+  assert printed["num_docs"] == n
+  assert printed["pairs"]["tp"] == tp
+  assert printed["pairs"]["actual"] == len(same_true)
+  assert printed["pairs"]["predicted"] == len(same_pred)
+  assert printed["ari"] == pytest.approx(ari)
+  assert printed["recall_measured"] == pytest.approx(tp / len(same_true))
 
 
 def dataclass_params(config):

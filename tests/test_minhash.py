@@ -1,5 +1,7 @@
 """Plain-pytest tests of the MinHash kernel (transforms/kernels/minhash.py)."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -34,19 +36,78 @@ def _reference_signature(values, a, b):
 
 
 # --- estimator (acceptance criterion) ---------------------------------------
+#
+# A standard-error test compares the sample variance v of N_SEEDS estimates
+# (one per seed) with the variance sigma^2 the scheme must have. Over N
+# independent estimates, Var(v) = sigma^4 (2/(N-1) + kappa/N) with kappa the
+# estimator's excess kurtosis (chi-square with N-1 degrees of freedom when
+# kappa = 0), and v is close to normal at N = 400; a reference variance taken
+# from R Monte Carlo draws adds sigma^4 (2/(R-1) + kappa/R). The test accepts
+# |v - sigma^2| <= Z * sigma^2 * sqrt(those terms): for kappa ~ 0 that is an
+# SE ratio within 0.85-1.13 (0.71-1.22 at kappa = 4), while a sketch with only
+# K/2 independent entries has ~1.41x the SE and fails every case.
 
+N_SEEDS = 400
+Z = 4.0  # two-sided p = 6e-5 per case for a correct sketch
+
+
+def _classic(flat, offsets, k, seed):
+  return minhash_batch(flat, offsets, *permutations(k, seed))
+
+
+def _half_independent(sketch):
+  """Mutant: K/2 independent entries, each used twice."""
+  def mutant(flat, offsets, k, seed):
+    half = sketch(flat, offsets, k // 2, seed)
+    return np.concatenate([half, half], axis=1)
+  return mutant
+
+
+def _estimates(sketch, flat, offsets, k):
+  return np.array([estimate_jaccard(*sketch(flat, offsets, k, seed))
+                   for seed in range(1000, 1000 + N_SEEDS)])
+
+
+def _moment_failures(estimates, mean, var, kurtosis, draws=None):
+  """What is wrong with the estimates' mean and variance against a reference
+  (mean, variance, excess kurtosis; ``draws``: its Monte Carlo draws, None
+  for a closed form); empty when nothing is."""
+  n = len(estimates)
+  extra = (1 / draws, 2 / (draws - 1) + kurtosis / draws) if draws else (0, 0)
+  failures = []
+  mean_tol = Z * np.sqrt(var * (1 / n + extra[0]))
+  if abs(estimates.mean() - mean) > mean_tol:
+    failures.append(f"mean {estimates.mean():.4f}, reference {mean:.4f} "
+                    f"+- {mean_tol:.4f}")
+  rel = Z * np.sqrt(2 / (n - 1) + kurtosis / n + extra[1])
+  v = estimates.var(ddof=1)
+  if abs(v - var) > rel * var:
+    failures.append(f"SE {np.sqrt(v):.4f} = {np.sqrt(v / var):.3f}x the "
+                    f"reference {np.sqrt(var):.4f}; accepted "
+                    f"{np.sqrt(max(1 - rel, 0)):.3f}-{np.sqrt(1 + rel):.3f}x")
+  return failures
+
+
+def _check(failures, mutant):
+  if mutant:
+    assert failures, "the K/2-entry mutant passed the standard-error test"
+  else:
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("mutant", [False, True], ids=["kernel", "half-K"])
 @pytest.mark.parametrize("k", [64, 256, 1024])
-def test_estimator_unbiased_with_binomial_standard_error(k):
+def test_estimator_unbiased_with_binomial_standard_error(k, mutant):
+  # K permutations drawn independently per seed: the number of equal entries
+  # is Binomial(K, J) (min-wise hashing), so mean J, variance J(1-J)/K and
+  # excess kurtosis (1 - 6J(1-J)) / (K J(1-J)).
   flat, offsets, jaccard = _pair_with_jaccard(300, 350, seed=2024)
   assert jaccard == pytest.approx(0.30)
-  seeds = range(1000, 1400)
-  estimates = np.empty(len(seeds))
-  for i, seed in enumerate(seeds):
-    sigs = minhash_batch(flat, offsets, *permutations(k, seed))
-    estimates[i] = estimate_jaccard(sigs[0], sigs[1])
-  expected_se = np.sqrt(jaccard * (1 - jaccard) / k)
-  assert abs(estimates.mean() - jaccard) < 0.01
-  assert estimates.std(ddof=1) == pytest.approx(expected_se, rel=0.15)
+  sketch = _half_independent(_classic) if mutant else _classic
+  estimates = _estimates(sketch, flat, offsets, k)
+  pq = jaccard * (1 - jaccard)
+  _check(_moment_failures(estimates, jaccard, pq / k,
+                          (1 - 6 * pq) / (k * pq)), mutant)
 
 
 # --- minhash_batch ----------------------------------------------------------
@@ -196,26 +257,70 @@ def _reference_oph(values, k, seed):
   return np.array(out, dtype=np.uint32)
 
 
+OPH_DRAWS = 20_000
+
+
+@functools.lru_cache(maxsize=None)
+def _ideal_oph_moments(shared, unique, k):
+  """Mean, variance and excess kurtosis of the OPH estimate with optimal
+  densification under truly random hashing, by Monte Carlo from the scheme's
+  definition (not from the kernel).
+
+  Each of the ``shared`` + 2 ``unique`` items falls in a uniform bin; a
+  non-empty bin's entries agree iff the union's minimum there (uniform among
+  its items) is a shared item. A bin empty for both documents copies, in
+  each, the first non-empty bin of one probe sequence: the first bin hit
+  that is non-empty in either is uniform over those, and if it is empty in
+  one document that one copies another bin, so the entries agree with
+  probability (agreeing bins) / (bins non-empty in either). A bin empty in
+  just one document never agrees (the other keeps its own minimum).
+  """
+  rng = np.random.default_rng(7)
+  out = []
+  for start in range(0, OPH_DRAWS, 4000):
+    n = min(4000, OPH_DRAWS - start)
+    base = (np.arange(n) * k)[:, None]
+
+    def per_bin(items):
+      bins = (rng.integers(k, size=(n, items)) + base).ravel()
+      return np.bincount(bins, minlength=n * k).reshape(n, k)
+
+    in_shared = per_bin(shared)
+    in_either = in_shared + per_bin(unique) + per_bin(unique)
+    agree = (rng.random((n, k)) * np.maximum(in_either, 1) < in_shared).sum(1)
+    occupied = (in_either > 0).sum(1)
+    out.append((agree + rng.binomial(k - occupied, agree / occupied)) / k)
+  draws = np.concatenate(out)
+  centred = draws - draws.mean()
+  var = centred.var()
+  return draws.mean(), var, (centred**4).mean() / var**2 - 3
+
+
+def _oph(flat, offsets, k, seed):
+  return minhash.oph_batch(flat, offsets, k, seed)
+
+
+@pytest.mark.parametrize("mutant", [False, True], ids=["kernel", "half-K"])
 @pytest.mark.parametrize("shared,unique,k", [
     (300, 350, 64), (300, 350, 256), (300, 350, 1024),  # dense: few empty bins
     (100, 50, 128), (30, 15, 128),  # union 200 / 60 items in 128 bins
     (10, 5, 128), (2, 1, 128),  # short documents: most bins are empty
     (1, 3, 128)])
-def test_oph_estimator_unbiased_with_bounded_standard_error(shared, unique, k):
+def test_oph_estimator_unbiased_with_bounded_standard_error(shared, unique, k,
+                                                            mutant):
   # Without densification two short documents would agree on every bin that
-  # both leave empty (estimate near 1 for J=0.5 with 4 shingles); optimal
-  # densification keeps the estimate unbiased at every set size, with a
-  # standard error within 1.35x of K-permutation MinHash's binomial one
-  # (measured: 0.90x for dense sets, up to 1.25x for a 4-shingle union).
+  # both leave empty (estimate near 1 for J=0.5 with 4 shingles). With it the
+  # ideal scheme is unbiased at every set size, with an SE of 0.89-0.98x
+  # K-permutation MinHash's binomial one for dense sets and up to 1.27x for
+  # a 4-shingle union; the kernel's estimates must match its moments.
   flat, offsets, jaccard = _pair_with_jaccard(shared, unique, seed=2024)
-  seeds = range(1000, 1400)
-  estimates = np.empty(len(seeds))
-  for i, seed in enumerate(seeds):
-    sigs = minhash.oph_batch(flat, offsets, k, seed)
-    estimates[i] = estimate_jaccard(sigs[0], sigs[1])
-  binomial_se = np.sqrt(jaccard * (1 - jaccard) / k)
-  assert abs(estimates.mean() - jaccard) < 0.01
-  assert 0.75 * binomial_se < estimates.std(ddof=1) < 1.35 * binomial_se
+  mean, var, kurtosis = _ideal_oph_moments(shared, unique, k)
+  binomial_var = jaccard * (1 - jaccard) / k
+  assert abs(mean - jaccard) < Z * np.sqrt(var / OPH_DRAWS)
+  assert 0.85 < np.sqrt(var / binomial_var) < 1.3
+  sketch = _half_independent(_oph) if mutant else _oph
+  estimates = _estimates(sketch, flat, offsets, k)
+  _check(_moment_failures(estimates, mean, var, kurtosis, OPH_DRAWS), mutant)
 
 
 def test_oph_matches_documented_scheme():
