@@ -207,6 +207,7 @@ def test_template_main_never_waits_for_the_job(monkeypatch):
   assert _template_argv(monkeypatch, with_flag, code=2) == (with_flag, 2)
 
 
+@pytest.mark.e2e
 def test_template_main_runs_the_job_as_a_script(tmp_path):
   # As the launcher does it (the file executed as a script, every parameter
   # as --name=value), on the local runner: the CLI's outputs, and its exit

@@ -39,6 +39,7 @@ def test_one_hot_bucket_of_identical_documents():
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_outputs_cross_a_part_boundary(tmp_path, monkeypatch):
   """Rows on both sides of an output part boundary land in their parts, in
   order, with a cluster and a rejection that straddle it. The full form
