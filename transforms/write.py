@@ -276,7 +276,17 @@ def _cluster_row(doc_id, info, user_id, source):
       "kept": info.kept,
       "source": source.path,
       "position": (doc_id & ((1 << ROW_BITS) - 1)) + 1,
+      "kept_doc_id": info.kept_doc_id,
+      "matched_doc_id": info.matched_doc_id,
+      "matched_id": info.matched_id,
+      "matched_jaccard": _rounded(info.matched_jaccard),
+      "jaccard_to_kept": _rounded(info.jaccard_to_kept),
+      "chain_kept": info.chain_kept,
   })
+
+
+def _rounded(similarity):
+  return None if similarity is None else round(similarity, 6)
 
 
 def _json_line(obj) -> bytes:
