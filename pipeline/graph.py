@@ -46,5 +46,6 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   stats = counts | "WriteStats" >> WriteStats(output, run_params(config))
   _ = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
         "files": read["files"]}
-       | "WriteReport" >> WriteReport(output, text_field, id_field))
+       | "WriteReport" >> WriteReport(output, text_field, id_field,
+                                      config.threshold))
   return stats

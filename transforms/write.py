@@ -322,6 +322,7 @@ def finalize_stats(counts: dict, params: dict) -> dict:
       "docs_in", "kept", "removed", "rejected", "clusters", "clustered_docs",
       "candidate_edges", "verified_edges", "docs_empty", "docs_too_short",
       "docs_signed", "buckets_multi", "verify_removed_edges",
+      "buckets_large", "graph_edges", "chain_docs", "chain_kept",
       "cc_residual_edges",
       "cc_residual_nodes")}
   rejected_by_reason, shuffle_bytes = {}, {}
