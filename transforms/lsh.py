@@ -7,7 +7,10 @@ one per document, band or edge.
 
 * signature batch: ``(ids int64[n], signatures uint32[n, K])``
 * edge batch: ``(edge shard, (src int64[m], dst int64[m]))`` with src < dst;
-  the shard is that of ``src`` (:func:`lsh_kernels.node_shard`).
+  candidate pairs are in the shard (:func:`lsh_kernels.node_shard`) of the
+  smallest id of the bucket that found them
+* verified edge batch: ``(edge shard, (src, dst, similarity float64[m]))``,
+  a spanning forest of the pairs that passed (similarity NaN if unknown)
 """
 
 from __future__ import annotations
