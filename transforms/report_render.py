@@ -372,9 +372,10 @@ def _clusters(clusters: List[dict], limits: dict) -> str:
             if c["more"] else "")
     lowest = c.get("min_jaccard_to_kept")
     chain = (' · <b class="bad">chain</b>' if c.get("chain") else "")
+    chain_attr = "true" if c.get("chain") else "false"
     out.append(
         f'<details{" open" if i < 5 else ""} data-cluster="{c["cluster_id"]}"'
-        f' data-size="{c["size"]}" data-chain="{str(bool(c.get("chain"))).lower()}">'
+        f' data-size="{c["size"]}" data-chain="{chain_attr}">'
         f"<summary>cluster of {c['size']:,} documents · minimum Jaccard to "
         f"the kept one {_similarity(lowest)}{chain}</summary>"
         + _table(rows, "<tr><th>document</th><th></th><th>Jaccard to kept"

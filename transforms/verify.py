@@ -35,8 +35,9 @@ class VerifyEdges(beam.PTransform):
   edge batches ``(shard, (src, dst, similarity))``: a spanning forest of the
   edges whose estimated Jaccard (fraction of equal signature entries) is >=
   the threshold, the most similar edges first (see
-  :func:`~transforms.lsh.forest_batch`). Every signature is shuffled once, to its document's shard,
-  which forwards just the ones candidate edges need. Returns ``{"edges",
+  :func:`~transforms.lsh.forest_batch`). Every signature is shuffled once,
+  to its document's shard, which forwards just the ones candidate edges
+  need. Returns ``{"edges",
   "counts"}`` (``verified_edges``, ``verify_removed_edges``)."""
 
   def __init__(self, config: DedupConfig):
@@ -61,9 +62,10 @@ class VerifyEdges(beam.PTransform):
 class VerifyExact(beam.PTransform):
   """``{"edges", "docs"}`` → verified edge batches ``(shard, (src, dst,
   similarity))``: a spanning forest of the edges whose shingle sets have
-  true Jaccard >= the threshold (that Jaccard is the similarity). ``docs`` are ``(doc_id, raw text)``; only the texts of
-  candidate documents reach the comparison, where they are shingled with
-  the same kernels and parameters as their signatures.
+  true Jaccard >= the threshold (that Jaccard is the similarity). ``docs``
+  are ``(doc_id, raw text)``; only the texts of candidate documents reach
+  the comparison, where they are shingled with the same kernels and
+  parameters as their signatures.
 
   By default the texts are routed to their documents' shards (one shuffle of
   the corpus text). ``texts`` can replace that with a cheaper source: a
@@ -411,8 +413,8 @@ class ExplainClusters(beam.PTransform):
   document when they share one, else the most similar neighbour, then the
   lowest id); the exact Jaccard to that neighbour and to the kept document
   are computed from the texts (``texts``: a source of ``(text, user id)``
-  pairs such as :class:`ServeTextsFromFiles` with an ``id_field``; by default the
-  ``docs`` texts are routed, without user ids). With ``config.chain_guard``
+  pairs such as :class:`ServeTextsFromFiles` with an ``id_field``; by
+  default the ``docs`` texts are routed, without user ids). With ``config.chain_guard``
   a document whose Jaccard to the kept one is below the threshold is kept
   (``chain_kept``). Counts: ``chain_docs`` (clustered, not kept, below the
   threshold to the kept document) and ``chain_kept``.
