@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """Document-level quality of near-duplicate detection on real text.
 
-Usage: ``python bench/quality.py [--threshold 0.8] [--max_files N]
-[--modes exact,signature,none] [--datasketch]``
+Usage: ``python bench/quality.py [--corpus licence|families] [--threshold
+0.8] [--max_files N] [--modes exact,signature,none,...] [--datasketch]``
 
-Builds tests/corpus.py's real-text corpus (license and copyright texts of
-this machine), computes the exact truth (pipeline.truth's kernel: all pairs
-with Jaccard >= t over word 5-grams), runs the job once per verify mode
-through pipeline.cli.main and reports pairwise and document-level precision,
-recall and F1 (pipeline.evaluate), the edges exact verification removed and
-the wall time. ``--datasketch`` adds plain MinHashLSH + union-find (no
-verification) over the same shingle sets as the reference.
+Builds the corpus (``licence``: tests/corpus.py's real-text corpus, licence
+and copyright texts of this machine cut into chunks with planted variants;
+``families``: bench/families.py's template-family corpus, every paragraph of
+those files, verbatim copies included), computes the exact truth
+(pipeline.truth's kernel: all pairs with Jaccard >= t over word 5-grams),
+runs the job once per mode through pipeline.cli.main and reports pairwise
+and document-level precision, recall and F1 (pipeline.evaluate), the
+candidate, verified and graph edges, candidates per document, LSH buckets
+above the exhaustive size and the wall time. Modes are verify modes, plus
+``exhaustive`` (exact, every bucket compared in full: what the bounded work
+above ``--exhaustive_bucket_size`` costs in recall) and ``star`` (exact with
+``--exhaustive_bucket_size 2 --bucket_hubs 1``: about the former star edges
+from each bucket's smallest id). ``--datasketch`` adds plain MinHashLSH +
+union-find (no verification) over the same shingle sets as the reference.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 
 # pylint: disable=wrong-import-position
 from pipeline import cli, evaluate, truth  # noqa: E402
+from bench.families import template_family_corpus  # noqa: E402
 from tests.corpus import real_text_corpus, stats_of, write_jsonl  # noqa
 from transforms.config import DedupConfig  # noqa: E402
 from transforms.kernels import graph  # noqa: E402
@@ -34,6 +42,7 @@ from transforms.kernels import graph  # noqa: E402
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--corpus", choices=sorted(_CORPORA), default="licence")
   parser.add_argument("--threshold", type=float, default=0.8)
   parser.add_argument("--max_files", type=int, default=0)
   parser.add_argument("--modes", default="exact,signature,none")
@@ -42,7 +51,7 @@ def main(argv=None) -> int:
   parser.add_argument("--datasketch", action="store_true")
   args = parser.parse_args(argv)
 
-  ids, texts = real_text_corpus(args.max_files)
+  ids, texts = _CORPORA[args.corpus](args.max_files)
   config = DedupConfig(threshold=args.threshold)
   start = time.time()
   a, b, similarity = truth.exact_pairs(texts, config)
@@ -62,8 +71,8 @@ def main(argv=None) -> int:
       out = os.path.join(tmp, mode)
       start = time.time()
       code = cli.main(["--input", path, "--output", out, "--threshold",
-                       str(args.threshold), "--verify", mode]
-                      + args.extra.split())
+                       str(args.threshold)] + _MODES.get(mode, [
+                           "--verify", mode]) + args.extra.split())
       wall = time.time() - start
       assert code == 0, code
       stats = stats_of(out)
@@ -72,17 +81,44 @@ def main(argv=None) -> int:
                                  stats["params"])
       results[mode] = report
       p = stats["params"]
-      print(f"\n--verify {mode}: {p['bands']}x{p['rows']} (S-curve "
+      report["run"] = {
+          "wall_s": round(wall, 1),
+          "candidates_per_doc": round(stats["candidate_edges"] / len(texts),
+                                      3),
+          **{k: stats[k] for k in ("candidate_edges", "verified_edges",
+                                   "graph_edges", "verify_removed_edges",
+                                   "buckets_multi", "buckets_large",
+                                   "chain_docs", "clusters")}}
+      print(f"\n{mode}: {p['bands']}x{p['rows']} (S-curve "
             f"~{p['lsh_threshold']:.3f}), candidates "
-            f"{stats['candidate_edges']:,}, verified {stats['verified_edges']:,}"
-            f", removed {stats['verify_removed_edges']:,}, {wall:.1f} s")
+            f"{stats['candidate_edges']:,} "
+            f"({stats['candidate_edges'] / len(texts):.2f} per document), "
+            f"verified {stats['verified_edges']:,}, graph edges "
+            f"{stats['graph_edges']:,}, buckets above "
+            f"{p['exhaustive_bucket_size']}: {stats['buckets_large']:,} of "
+            f"{stats['buckets_multi']:,}, {wall:.1f} s")
       print(evaluate.format_report(report))
   if args.datasketch:
     results["datasketch"] = _datasketch(ids, texts, config, true)
   print(json.dumps({m: {"doc_f1": r["documents"]["f1"],
-                        "pair_f1": r["pairs"]["f1"]}
+                        "doc_recall": r["documents"]["recall"],
+                        "doc_precision": r["documents"]["precision"],
+                        "pair_recall": r["pairs"]["recall"],
+                        "pair_precision": r["pairs"]["precision"],
+                        **r.get("run", {})}
                     for m, r in results.items()}, indent=1))
   return 0
+
+
+_CORPORA = {
+    "licence": real_text_corpus,
+    "families": lambda max_files: template_family_corpus(),
+}
+_MODES = {
+    "exhaustive": ["--verify", "exact", "--exhaustive_bucket_size", "4096"],
+    "star": ["--verify", "exact", "--exhaustive_bucket_size", "2",
+             "--bucket_hubs", "1"],
+}
 
 
 def _datasketch(ids, texts, config, true):

@@ -36,7 +36,8 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   # Exact verification reads the candidates back from the input files
   # rather than shuffling every document's text.
   dedup = texts | "NearDedup" >> NearDedup(
-      config, ServeTextsFromFiles(read["files"], text_field))
+      config, ServeTextsFromFiles(read["files"], text_field),
+      ServeTextsFromFiles(read["files"], text_field, id_field))
   written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
               "files": read["files"]}
              | "WriteResults" >> WriteResults(output, id_field))
@@ -45,5 +46,6 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   stats = counts | "WriteStats" >> WriteStats(output, run_params(config))
   _ = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
         "files": read["files"]}
-       | "WriteReport" >> WriteReport(output, text_field, id_field))
+       | "WriteReport" >> WriteReport(output, text_field, id_field,
+                                      config.threshold))
   return stats

@@ -117,6 +117,21 @@ class DedupOptions(PipelineOptions):
                        default=_default("lsh_shards"),
                        help="Shards of the band-key shuffle; raise for large"
                        " corpora (aim for <= ~20M band keys per shard).")
+    dedup.add_argument("--exhaustive_bucket_size", type=int,
+                       default=_default("exhaustive_bucket_size"),
+                       help="LSH buckets of up to this many documents have"
+                       " all their pairs verified (k(k-1)/2 pairs); larger"
+                       " ones cost at most k * --bucket_hubs pairs.")
+    dedup.add_argument("--bucket_hubs", type=int,
+                       default=_default("bucket_hubs"),
+                       help="In a bucket above --exhaustive_bucket_size,"
+                       " every distinct signature is compared with this many"
+                       " lowest ids.")
+    dedup.add_argument("--chain_guard", type=parse_bool,
+                       default=_default("chain_guard"),
+                       help="Remove a clustered document only if its exact"
+                       " Jaccard to the kept one reaches --threshold; the"
+                       " others stay in deduped/. true/false.")
 
 
 REQUIRED_OPTIONS = ("input", "output")

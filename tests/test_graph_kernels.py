@@ -152,3 +152,39 @@ def test_union_find_labels_matches_brute_force_on_random_graphs():
 def test_classify_node(parents, children, role):
   assert graph.classify_node(np.asarray(parents, dtype=np.int64),
                              np.asarray(children, dtype=np.int64)) == role
+
+
+# --- spanning forest ----------------------------------------------------------
+
+def test_spanning_forest_keeps_the_most_similar_real_edges():
+  # Triangle 1-2-3 plus edge 5-6: the lightest triangle edge is dropped.
+  src = np.array([1, 1, 2, 5])
+  dst = np.array([2, 3, 3, 6])
+  keep = graph.spanning_forest(src, dst, np.array([0.9, 0.8, 0.95, 0.7]))
+  assert keep.tolist() == [True, False, True, True]
+
+
+def test_spanning_forest_unknown_weights_by_lowest_ids():
+  src = np.array([2, 1, 1])
+  dst = np.array([3, 3, 2])
+  keep = graph.spanning_forest(src, dst, np.full(3, np.nan))
+  assert keep.tolist() == [False, True, True]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_spanning_forest_has_the_same_components(seed):
+  rng = np.random.default_rng(seed)
+  src = rng.integers(0, 300, size=900)
+  dst = rng.integers(0, 300, size=900)
+  src, dst = np.minimum(src, dst), np.maximum(src, dst)
+  src, dst = src[src != dst], dst[src != dst]
+  weight = rng.random(len(src))
+  keep = graph.spanning_forest(src, dst, weight)
+  full = graph.union_find_labels(zip(src.tolist(), dst.tolist()))
+  forest = graph.union_find_labels(zip(src[keep].tolist(), dst[keep].tolist()))
+  assert forest == full
+  assert keep.sum() == len(full) - len(set(full.values()))
+  # The result depends on the edge set only, not on its order.
+  order = rng.permutation(len(src))
+  assert np.array_equal(graph.spanning_forest(src[order], dst[order],
+                                              weight[order]), keep[order])

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from transforms.kernels.lsh import (band_keys, choose_bands_rows,
+from transforms.kernels.lsh import (band_keys, bucket_pairs, choose_bands_rows,
                                     collision_probability, false_negative_area,
-                                    false_positive_area, shard_of, star_edges)
+                                    false_positive_area, shard_of)
 from transforms.kernels import lsh
 from transforms.kernels.minhash import minhash_batch, permutations
 
@@ -155,73 +155,125 @@ def test_shard_of_in_range():
   np.testing.assert_array_equal(shard_of(keys[:10], 64), s[:10])
 
 
-# --- star edges -------------------------------------------------------------
+# --- bucket pairs -----------------------------------------------------------
 
-def test_star_edges_hand_example():
+def _pairs(found):
+  return list(zip(found.src.tolist(), found.dst.tolist()))
+
+
+def _no_digests(n):
+  return np.arange(n, dtype=np.uint64)  # all distinct
+
+
+def test_bucket_pairs_hand_example():
   keys = np.array([7, 3, 7, 3, 7, 9, 5, 5], dtype=np.uint64)
   ids = np.array([12, 4, 10, 2, 11, 1, 6, 6], dtype=np.int64)
-  src, dst, sizes = star_edges(keys, ids)
-  # Bucket 3: {2, 4}; bucket 7: {10, 11, 12}; bucket 9: {1};
-  # bucket 5: {6} twice, which counts once.
-  assert list(zip(src.tolist(), dst.tolist())) == [(2, 4), (10, 11), (10, 12)]
-  assert sorted(sizes.tolist()) == [2, 3]
+  found = bucket_pairs(keys, ids, _no_digests(8), 64, 8)
+  # Bucket 3: {2, 4}; bucket 7: {10, 11, 12}, all three pairs; bucket 9:
+  # {1}; bucket 5: {6} twice, which counts once.
+  assert _pairs(found) == [(2, 4), (10, 11), (10, 12), (11, 12)]
+  assert found.anchor.tolist() == [2, 10, 10, 10]
+  assert sorted(found.sizes.tolist()) == [2, 3] and found.large == 0
 
 
-def test_star_edges_deduplicated_across_buckets():
-  keys = np.array([1, 1, 2, 2, 3, 3, 3], dtype=np.uint64)
-  ids = np.array([5, 8, 8, 5, 5, 8, 9], dtype=np.int64)
-  src, dst, sizes = star_edges(keys, ids)
-  assert list(zip(src.tolist(), dst.tolist())) == [(5, 8), (5, 9)]
-  assert sorted(sizes.tolist()) == [2, 2, 3]
+def test_bucket_pairs_deduplicated_per_anchor_across_buckets():
+  keys = np.array([1, 1, 2, 2, 3, 3, 3, 4, 4, 4], dtype=np.uint64)
+  ids = np.array([5, 8, 8, 5, 5, 8, 9, 8, 9, 7], dtype=np.int64)
+  found = bucket_pairs(keys, ids, _no_digests(10), 64, 8)
+  # (8, 9) comes from the buckets anchored at 5 and at 7: once per anchor.
+  assert list(zip(found.anchor.tolist(), _pairs(found))) == [
+      (5, (5, 8)), (5, (5, 9)), (5, (8, 9)), (7, (7, 8)), (7, (7, 9)),
+      (7, (8, 9))]
 
 
-def test_star_edges_duplicate_entries_counted_once():
+def test_bucket_pairs_duplicate_entries_counted_once():
   keys = np.array([4, 4, 4, 4, 4], dtype=np.uint64)
   ids = np.array([3, 1, 3, 1, 3], dtype=np.int64)
-  src, dst, sizes = star_edges(keys, ids)
-  assert src.tolist() == [1] and dst.tolist() == [3]
-  assert sizes.tolist() == [2]
-  # The same document twice, alone in its bucket: no edge, no bucket.
-  src, dst, sizes = star_edges(np.array([8, 8], dtype=np.uint64),
-                               np.array([5, 5], dtype=np.int64))
-  assert len(src) == len(dst) == len(sizes) == 0
+  found = bucket_pairs(keys, ids, _no_digests(5), 64, 8)
+  assert _pairs(found) == [(1, 3)] and found.sizes.tolist() == [2]
+  # The same document twice, alone in its bucket: no pair, no bucket.
+  found = bucket_pairs(np.array([8, 8], dtype=np.uint64),
+                       np.array([5, 5], dtype=np.int64), _no_digests(2), 64, 8)
+  assert len(found.src) == len(found.sizes) == 0
 
 
-def test_star_edges_empty_and_single():
+def test_bucket_pairs_empty_and_single():
   for n in (0, 1):
-    src, dst, sizes = star_edges(np.arange(n, dtype=np.uint64),
-                                 np.arange(n, dtype=np.int64))
-    assert len(src) == len(dst) == len(sizes) == 0
+    found = bucket_pairs(np.arange(n, dtype=np.uint64),
+                         np.arange(n, dtype=np.int64), _no_digests(n), 64, 8)
+    assert len(found.src) == len(found.dst) == len(found.sizes) == 0
 
 
-def test_star_edges_large_bucket_is_a_star():
+def test_identical_documents_in_a_large_bucket_are_one_star():
   n = 100_000
   rng = np.random.default_rng(5)
   ids = rng.permutation(np.arange(1000, 1000 + n, dtype=np.int64))
   keys = np.full(n, 0xDEADBEEF, dtype=np.uint64)
-  src, dst, sizes = star_edges(keys, ids)
-  assert len(src) == n - 1
-  assert np.all(src == 1000)
-  np.testing.assert_array_equal(dst, np.arange(1001, 1000 + n))
-  assert sizes.tolist() == [n]
+  found = bucket_pairs(keys, ids, np.full(n, 77, dtype=np.uint64), 64, 8)
+  assert len(found.src) == n - 1
+  assert np.all(found.src == 1000) and np.all(found.anchor == 1000)
+  np.testing.assert_array_equal(found.dst, np.arange(1001, 1000 + n))
+  assert found.sizes.tolist() == [n] and found.large == 1
 
 
-def test_star_edges_sorted_src_less_than_dst():
+def test_distinct_documents_in_a_large_bucket_meet_the_hubs():
+  n, hubs = 1000, 4
+  ids = np.arange(n, dtype=np.int64)
+  found = bucket_pairs(np.zeros(n, dtype=np.uint64), ids, _no_digests(n), 64,
+                       hubs)
+  # Hubs 0..3 pairwise, every other id with each hub: n * hubs, not n^2.
+  expected = ({(a, b) for a in range(hubs) for b in range(a + 1, hubs)}
+              | {(h, x) for h in range(hubs) for x in range(hubs, n)})
+  assert set(_pairs(found)) == expected
+  assert len(found.src) == len(expected) < n * hubs
+
+
+def test_large_bucket_with_few_distinct_signatures_pairs_them_all():
+  # 200 documents, 5 distinct signatures: stars within each group, then all
+  # pairs of the 5 representatives (each group's smallest id).
+  ids = np.arange(200, dtype=np.int64)
+  digests = (ids % 5).astype(np.uint64)
+  found = bucket_pairs(np.zeros(200, dtype=np.uint64), ids, digests, 64, 2)
+  stars = {(g, x) for x in range(5, 200) for g in [x % 5]}
+  reps = {(a, b) for a in range(5) for b in range(a + 1, 5)}
+  assert set(_pairs(found)) == stars | reps
+
+
+def test_bucket_pairs_sorted_src_less_than_dst_all_pairs_of_small_buckets():
   rng = np.random.default_rng(6)
   keys = rng.integers(0, 50, size=2000).astype(np.uint64)
   ids = rng.integers(0, 500, size=2000).astype(np.int64)
-  src, dst, sizes = star_edges(keys, ids)
-  assert np.all(src < dst)
-  pairs = np.stack([src, dst], axis=1)
-  np.testing.assert_array_equal(pairs, np.unique(pairs, axis=0))
-  # Every edge joins two members of some bucket, from its minimum.
+  found = bucket_pairs(keys, ids, _no_digests(2000), 4096, 8)
+  assert np.all(found.src < found.dst)
   members = {}
   for k, i in zip(keys.tolist(), ids.tolist()):
     members.setdefault(k, set()).add(i)
-  expected = {(min(m), x) for m in members.values() for x in m if x != min(m)}
-  assert set(zip(src.tolist(), dst.tolist())) == expected
-  assert sorted(sizes.tolist()) == sorted(
+  expected = {(min(m), (x, y)) for m in members.values() for x in m
+              for y in m if x < y}
+  got = list(zip(found.anchor.tolist(), _pairs(found)))
+  assert len(got) == len(set(got)) and set(got) == expected
+  assert sorted(found.sizes.tolist()) == sorted(
       len(m) for m in members.values() if len(m) >= 2)
+
+
+def test_run_pairs_of_several_runs():
+  values = np.array([4, 5, 6, 7, 8, 9])
+  first, second = lsh.run_pairs(values, np.array([0, 3]), np.array([3, 2]))
+  assert list(zip(first.tolist(), second.tolist())) == [
+      (4, 5), (4, 6), (5, 6), (7, 8)]
+
+
+def test_signature_digests_equal_iff_signatures_equal():
+  rng = np.random.default_rng(8)
+  sigs = rng.integers(0, 2**32, size=(50, 128), dtype=np.uint32)
+  sigs[10] = sigs[3]
+  sigs[11] = sigs[3]
+  sigs[12, 1:] = sigs[3, 1:]  # one entry differs
+  d = lsh.signature_digests(sigs, 42)
+  assert d[10] == d[3] == d[11] and d[12] != d[3]
+  assert len(np.unique(d)) == 48
+  np.testing.assert_array_equal(d, lsh.signature_digests(sigs, 42))
+  assert not np.any(lsh.signature_digests(sigs, 43) == d)
 
 
 def test_node_shard_spreads_consecutive_ids_and_is_stable():

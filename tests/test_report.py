@@ -145,11 +145,14 @@ def _sample_report():
             "cc_changed_round_001": 3}
   stats = finalize_stats(counts, params)
   docs = {3: ("a", SCRIPT_TEXT), 4: ("b", "plain <i>text</i>"),
-          8: (None, "x")}
+          8: (None, "x"), 9: (None, "y")}
   return stats, assemble(
       stats, {"worker_ms_collision": 250, "worker_ms_signatures": 1500},
-      [(3, 4), (8, 2)], {3: [(3, True), (4, False)], 8: [(8, True)]},
-      {d: (u, snippet(t)) for d, (u, t) in docs.items()})
+      [(3, 4), (8, 2)],
+      {3: [(3, True, None, False), (4, False, 0.9, False)],
+       8: [(8, True, None, False), (9, False, 0.35, True)]},
+      {d: (u, f"in/part-{d}.jsonl:{d + 1}", snippet(t))
+       for d, (u, t) in docs.items()}, {3: 0.85, 8: 0.35}, 1, 0.4)
 
 
 def test_rendered_page_is_well_formed_escaped_and_matches_the_stats():
@@ -165,6 +168,13 @@ def test_rendered_page_is_well_formed_escaped_and_matches_the_stats():
   assert "<b>x</b>" not in text and "&lt;b&gt;x&lt;/b&gt;" in text
   assert "… and 2 more." in shown
   assert "Summed worker time per stage" in shown
+  # Members by user id, else source:position; the chain flag and minima.
+  assert "in/part-8.jsonl:9" in shown and "in/part-3.jsonl:4" not in shown
+  clusters = report["largest_clusters"]
+  assert [(c["min_jaccard_to_kept"], c["chain"]) for c in clusters] == [
+      (0.85, False), (0.35, True)]
+  assert 'data-chain="true"' in text and "kept (chain guard)" in shown
+  assert page.number("chain_clusters") == 1
   with_wall = render_html(dict(report, wall_seconds=12.5))
   assert check_page(with_wall).stats["wall_seconds"] == "12.5 s"
 

@@ -18,6 +18,7 @@ from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
 from transforms import metrics
 from transforms.documents import ROW_BITS, InputFile
 from transforms.verify import ServeTextsFromFiles
+from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import minhash as mh
 from transforms.kernels import text as tk
 
@@ -152,7 +153,7 @@ def _signatures(pairs):
   return out
 
 
-def test_band_key_and_find_candidates_emit_star_edges():
+def test_band_key_and_find_candidates_emit_every_pair_of_small_buckets():
   # Docs 5, 9, 2 share all 64 entries; 7 shares the first 8 (2 bands); 4 none.
   sigs = _signatures([(5, 64), (9, 64), (2, 64), (7, 8), (4, 0)])
   config = DedupConfig(num_perm=64, bands=16, rows=4, lsh_shards=4)
@@ -161,16 +162,21 @@ def test_band_key_and_find_candidates_emit_star_edges():
     keyed = (p | beam.Create([signature_batch(sigs[:2]),
                               signature_batch(sigs[2:])])
              | BandKey(config))
-    found = keyed["keys"] | FindCandidates(config.lsh_shards)
-    assert_that(edge_pairs(found["edges"]),
-                equal_to([(2, 5), (2, 9), (2, 7)]), label="Edges")
+    found = keyed["keys"] | FindCandidates(config)
+    # Every pair of every bucket, each once although 14 or 16 bands find it.
+    assert_that(edge_pairs(found["edges"]), equal_to(
+        [(2, 5), (2, 9), (5, 9), (2, 7), (5, 7), (7, 9)]), label="Edges")
+    # All of them in the shard of the buckets' smallest id, 2.
+    assert_that(found["edges"] | "EdgeShards" >> beam.Keys(), equal_to(
+        [int(lsh_kernels.node_shard(np.array([2]), 4)[0])]), label="Shard")
     # 14 buckets of {2, 5, 9} (size 3: log2 bin 1), 2 with 7 too (4: bin 2).
     assert_that(without_shuffle_bytes(found["counts"]), equal_to(
-        [("buckets_multi", 16), ("candidate_edges", 3),
+        [("buckets_multi", 16), ("candidate_edges", 6),
          ("bucket_size_log2_01", 14), ("bucket_size_log2_02", 2)]),
                 label="Counts")
+    # Key, id and signature digest: 24 bytes per document and band.
     assert_that(by_stat(keyed["counts"], "KeyBytes"), equal_to(
-        [("shuffle_bytes_band_keys", 5 * 16 * 16)]), label="KeyBytes")
+        [("shuffle_bytes_band_keys", 5 * 16 * 24)]), label="KeyBytes")
     shards = (keyed["keys"] | beam.Keys()
               | "DistinctShards" >> beam.Distinct())
     assert_that(shards | "AllInRange" >> beam.Filter(lambda s: 0 <= s < 4),
@@ -191,8 +197,11 @@ def test_verify_edges_keeps_only_pairs_at_or_above_threshold():
     assert_that(edge_pairs(out["edges"]), equal_to([(1, 2), (1, 3)]),
                 label="Edges")
     assert_that(without_shuffle_bytes(out["counts"]), equal_to(
-        [("verified_edges", 2), ("verify_removed_edges", 2)]),
-                label="Counts")
+        [("verified_edges", 2), ("verify_removed_edges", 2),
+         ("graph_edges", 2)]), label="Counts")
+    assert_that(out["edges"] | "Sims" >> beam.FlatMap(
+        lambda kv: kv[1][2].tolist()),
+                equal_to([0.75, 0.5]), label="Similarity")
 
 
 def test_verify_exact_keeps_pairs_by_true_jaccard(tmp_path):
@@ -212,8 +221,11 @@ def test_verify_exact_keeps_pairs_by_true_jaccard(tmp_path):
            | VerifyExact(config))
     assert_that(edge_pairs(out["edges"]), equal_to([(1, 3)]), label="Edges")
     assert_that(without_shuffle_bytes(out["counts"]), equal_to(
-        [("verified_edges", 1), ("verify_removed_edges", 3)]),
-                label="Counts")
+        [("verified_edges", 1), ("verify_removed_edges", 3),
+         ("graph_edges", 1)]), label="Counts")
+    assert_that(out["edges"] | "Sims" >> beam.FlatMap(
+        lambda kv: kv[1][2].tolist()),
+                equal_to([10 / 12]), label="Similarity")
   # The same from files: doc ids are file << 40 | row, texts read back.
   path = tmp_path / "docs.jsonl"
   path.write_text("".join(json.dumps({"text": t}) + "\n" for _, t in docs))
@@ -236,9 +248,10 @@ def test_select_kept_one_per_cluster(keep, kept):
         [(3, 10), (8, 50), (11, 50), (20, 5), (21, 5), (99, 1000)])
     out = labels | SelectKept(keep, lengths if keep == "longest" else None)
     assert_that(out["clusters"], equal_to([
-        (3, ClusterInfo(3, 3, kept == 3)), (8, ClusterInfo(3, 3, kept == 8)),
-        (11, ClusterInfo(3, 3, False)), (20, ClusterInfo(20, 2, True)),
-        (21, ClusterInfo(20, 2, False))]), label="Clusters")
+        (3, ClusterInfo(3, 3, kept == 3, kept)),
+        (8, ClusterInfo(3, 3, kept == 8, kept)),
+        (11, ClusterInfo(3, 3, False, kept)), (20, ClusterInfo(20, 2, True, 20)),
+        (21, ClusterInfo(20, 2, False, 20))]), label="Clusters")
     assert_that(without_shuffle_bytes(out["counts"]), equal_to(
         [("clusters", 2), ("clustered_docs", 5),
          ("cluster_size_log2_01", 2)]), label="Counts")
@@ -255,12 +268,23 @@ def test_near_dedup_on_a_user_pcollection():
   with pipeline() as p:
     out = p | beam.Create(sorted(texts.items())) | NearDedup(config)
     assert_that(out["clusters"] | "Flags" >> beam.Map(
-        lambda kv: (kv[0], kv[1].cluster_id, kv[1].kept)),
-                equal_to([(10, 10, True), (11, 10, False), (12, 10, False)]))
+        lambda kv: (kv[0], kv[1].cluster_id, kv[1].kept, kv[1].kept_doc_id,
+                    kv[1].matched_doc_id)),
+                equal_to([(10, 10, True, 10, None), (11, 10, False, 10, 10),
+                          (12, 10, False, 10, 10)]))
+    # 11 is 10 after normalisation; 12 changes the last of 15 words: 12 of
+    # 13 word 3-grams shared, 14 in the union.
+    assert_that(out["clusters"] | "Similarities" >> beam.Map(
+        lambda kv: (kv[0], kv[1].matched_jaccard, kv[1].jaccard_to_kept)),
+                equal_to([(10, None, None), (11, 1.0, 1.0),
+                          (12, 12 / 14, 12 / 14)]), label="Explained")
     stats = by_stat(out["counts"]) | "Some" >> beam.Filter(
-        lambda kv: kv[0] in ("docs_empty", "clusters", "verified_edges"))
+        lambda kv: kv[0] in ("docs_empty", "clusters", "verified_edges",
+                             "graph_edges", "chain_docs"))
+    # All three pairs of the bucket pass; two of them span the cluster.
     assert_that(stats, equal_to([("docs_empty", 1), ("clusters", 1),
-                                 ("verified_edges", 2)]), label="Counts")
+                                 ("verified_edges", 3), ("graph_edges", 2)]),
+                label="Counts")
 
 
 def test_config_round_trips_through_json_params():

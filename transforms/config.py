@@ -37,6 +37,14 @@ class DedupConfig:
   (default) the true Jaccard of the two shingle sets is >= ``threshold``;
   ``signature`` the fraction of equal signature entries is; ``none`` keeps
   every candidate.
+
+  Within every LSH bucket of at most ``exhaustive_bucket_size`` documents
+  all pairs are candidates, so the clusters are the connected components of
+  all pairs of such buckets that pass verification. A larger bucket of k
+  documents costs at most k x ``bucket_hubs`` pairs: identical signatures
+  are joined first, then every distinct one is compared with the
+  ``bucket_hubs`` lowest ids. ``chain_guard`` removes a clustered document
+  only if its exact Jaccard to the kept one reaches ``threshold``.
   """
 
   shingle_unit: str = "word"
@@ -59,6 +67,9 @@ class DedupConfig:
   max_cc_rounds: int = 20
   max_residual_edges: int = 1_000_000
   lsh_shards: int = 64
+  exhaustive_bucket_size: int = 64
+  bucket_hubs: int = 8
+  chain_guard: bool = False
 
   def __post_init__(self):
     _check(self.shingle_unit in SHINGLE_UNITS,
@@ -118,6 +129,19 @@ class DedupConfig:
     _check(_is_int(self.lsh_shards) and 1 <= self.lsh_shards <= 1 << 20,
            f"lsh_shards={self.lsh_shards!r}: use an integer from 1 to 2**20"
            " (--lsh_shards).")
+    _check(_is_int(self.exhaustive_bucket_size)
+           and 2 <= self.exhaustive_bucket_size <= 4096,
+           f"exhaustive_bucket_size={self.exhaustive_bucket_size!r}: use an"
+           " integer from 2 to 4096 (--exhaustive_bucket_size); a bucket of"
+           " k documents up to it costs k(k-1)/2 candidate pairs.")
+    _check(_is_int(self.bucket_hubs)
+           and 1 <= self.bucket_hubs <= self.exhaustive_bucket_size,
+           f"bucket_hubs={self.bucket_hubs!r}: use an integer from 1 to"
+           f" exhaustive_bucket_size={self.exhaustive_bucket_size}"
+           " (--bucket_hubs).")
+    _check(isinstance(self.chain_guard, bool),
+           f"chain_guard={self.chain_guard!r}: use true or false"
+           " (--chain_guard).")
 
   @property
   def lsh_threshold(self) -> float:

@@ -177,8 +177,3 @@ def reset_progress() -> None:
   """Forgets the running totals, so a new run in this process starts at 0."""
   with _progress_lock:
     _progress.clear()
-
-
-def named_count(n, name):
-  counter(name).inc(n)
-  return name, n

@@ -6,11 +6,11 @@ import apache_beam as beam
 
 from transforms.components import ConnectedComponents
 from transforms.config import DedupConfig
-from transforms.lsh import (BandKey, EdgeBatchCount, FindCandidates,
+from transforms.lsh import (BandKey, FindCandidates, ReduceUnverified,
                             explode_edges)
 from transforms.select import SelectKept
 from transforms.signatures import ComputeSignatures
-from transforms.verify import VerifyEdges, VerifyExact
+from transforms.verify import ExplainClusters, VerifyEdges, VerifyExact
 
 
 class NearDedup(beam.PTransform):
@@ -18,48 +18,58 @@ class NearDedup(beam.PTransform):
 
   ``clusters``: ``(doc_id, ClusterInfo)`` for every document in a duplicate
   cluster of two or more; a document absent from it is unique and kept.
-  Exactly one document per cluster has ``kept=True``. ``counts``: ``(stat,
-  n)`` elements for the run's statistics. Doc ids must be unique ints; with
-  the default keep policy the lowest id of a cluster is kept.
+  Exactly one document per cluster is the kept one (``kept_doc_id``); every
+  other member carries its explanation (matched document, exact Jaccard to
+  it and to the kept one) and is removed (``kept=False``) unless the chain
+  guard keeps it. ``counts``: ``(stat, n)`` elements for the run's
+  statistics. Doc ids must be unique ints; with the default keep policy the
+  lowest id of a cluster is kept.
 
-  With ``verify='exact'`` the candidates' texts come from ``texts`` when
-  given (e.g. :class:`~transforms.verify.ServeTextsFromFiles`), otherwise
+  Texts are needed for exact verification and for the explanations: they
+  come from ``texts`` when given (e.g.
+  :class:`~transforms.verify.ServeTextsFromFiles`) and ``explain_texts``
+  (the same with an ``id_field``, so explanations name user ids), otherwise
   from the input PCollection (see :class:`~transforms.verify.VerifyExact`).
   """
 
-  def __init__(self, config: DedupConfig, texts: beam.PTransform = None):
+  def __init__(self, config: DedupConfig, texts: beam.PTransform = None,
+               explain_texts: beam.PTransform = None):
     super().__init__()
     self._config = config
     self._texts = texts
+    self._explain_texts = explain_texts
 
   def expand(self, docs):
     c = self._config
     signed = docs | "ComputeSignatures" >> ComputeSignatures(c)
     signatures = signed["signatures"]
     keyed = signatures | "BandKey" >> BandKey(c)
-    found = keyed["keys"] | "FindCandidates" >> FindCandidates(c.lsh_shards)
+    found = keyed["keys"] | "FindCandidates" >> FindCandidates(c)
     counts = [signed["counts"], keyed["counts"], found["counts"]]
     edges = found["edges"]
     if c.verify == "none":
-      counts.append(edges | "CountVerified" >> EdgeBatchCount(
-          "verified_edges"))
+      verified = edges | "KeepAllCandidates" >> ReduceUnverified()
+    elif c.verify == "exact":
+      verified = ({"edges": edges, "docs": docs}
+                  | "VerifyExact" >> VerifyExact(c, self._texts))
     else:
-      if c.verify == "exact":
-        verified = ({"edges": edges, "docs": docs}
-                    | "VerifyExact" >> VerifyExact(c, self._texts))
-      else:
-        verified = ({"edges": edges, "signatures": signatures}
-                    | "VerifyEdges" >> VerifyEdges(c))
-      edges = verified["edges"]
-      counts.append(verified["counts"])
-    edges = edges | "ExplodeEdges" >> beam.FlatMap(explode_edges)
-    components = edges | "ConnectedComponents" >> ConnectedComponents(
-        c.max_cc_rounds, c.max_residual_edges)
+      verified = ({"edges": edges, "signatures": signatures}
+                  | "VerifyEdges" >> VerifyEdges(c))
+    counts.append(verified["counts"])
+    components = (verified["edges"]
+                  | "ExplodeEdges" >> beam.FlatMap(explode_edges)
+                  | "ConnectedComponents" >> ConnectedComponents(
+                      c.max_cc_rounds, c.max_residual_edges))
     lengths = None
     if c.keep == "longest":
       lengths = docs | "TextLengths" >> beam.Map(lambda d: (d[0], len(d[1])))
     selected = components["labels"] | "SelectKept" >> SelectKept(
         c.keep, lengths)
-    counts += [components["counts"], selected["counts"]]
-    return {"clusters": selected["clusters"],
+    explained = ({"clusters": selected["clusters"],
+                  "edges": verified["edges"], "docs": docs}
+                 | "ExplainClusters" >> ExplainClusters(
+                     c, self._explain_texts or self._texts))
+    counts += [components["counts"], selected["counts"],
+               explained["counts"]]
+    return {"clusters": explained["clusters"],
             "counts": counts | "FlattenCounts" >> beam.Flatten()}

@@ -28,15 +28,19 @@ class WriteReport(beam.PTransform):
   cluster, ``MEMBERS_SHOWN`` members (the kept one, then lowest doc ids).
   Their texts are read again from the input files that hold them, each only
   up to its last shown row, so the documents are neither kept nor shuffled
-  for the report.
+  for the report. Per cluster, the minimum exact Jaccard of a member to the
+  kept document is combined where the members are; a cluster whose minimum
+  is below ``threshold`` is held together by a chain (counted for all
+  clusters, flagged for the shown ones).
   """
 
   def __init__(self, output: str, text_field: str = "text",
-               id_field: str = "id"):
+               id_field: str = "id", threshold: float = 1.0):
     super().__init__()
     self._output = output
     self._text_field = text_field
     self._id_field = id_field
+    self._threshold = threshold
 
   def expand(self, inputs):
     clusters = inputs["clusters"]
@@ -60,10 +64,19 @@ class WriteReport(beam.PTransform):
                    _member_of, beam.pvalue.AsSingleton(largest_ids))
                | "FirstMembers" >> beam.combiners.Top.SmallestPerKey(
                    MEMBERS_SHOWN))
+    min_to_kept = (clusters
+                   | "ToKept" >> beam.FlatMap(_similarity_to_kept)
+                   | "MinToKept" >> beam.CombinePerKey(min))
+    chains = (min_to_kept
+              | "ChainsOnly" >> beam.Filter(
+                  lambda kv, t: kv[1] < t - 1e-9, self._threshold)
+              | "CountChains" >> beam.combiners.Count.Globally())
+    largest_min = min_to_kept | "MinOfLargest" >> beam.Filter(
+        lambda kv, ids: kv[0] in ids, beam.pvalue.AsSingleton(largest_ids))
     shown = {
         "doc_id": members | "ShownByFile" >> beam.FlatMap(
-            lambda kv: [(split_doc_id(doc_id)[0], doc_id)
-                        for _, doc_id in kv[1]]),
+            lambda kv: [(split_doc_id(member[1])[0], member[1])
+                        for member in kv[1]]),
         "file": inputs["files"] | "KeyFiles" >> beam.Map(
             lambda f: (f.index, f)),
     }
@@ -74,7 +87,8 @@ class WriteReport(beam.PTransform):
     return inputs["stats"] | "WriteReportFiles" >> beam.Map(
         _write, self._output, beam.pvalue.AsSingleton(timings),
         beam.pvalue.AsSingleton(largest), beam.pvalue.AsList(members),
-        beam.pvalue.AsList(snippets))
+        beam.pvalue.AsList(snippets), beam.pvalue.AsList(largest_min),
+        beam.pvalue.AsSingleton(chains), self._threshold)
 
 
 def _size_then_lowest_id(cluster):
@@ -86,7 +100,14 @@ def _member_of(element, largest_ids):
   doc_id, info = element
   if info.cluster_id in largest_ids:
     # Smallest first: the kept member, then by doc id.
-    yield info.cluster_id, (not info.kept, doc_id)
+    yield info.cluster_id, (doc_id != info.kept_doc_id, doc_id,
+                            info.jaccard_to_kept, info.chain_kept)
+
+
+def _similarity_to_kept(element):
+  _, info = element
+  if info.jaccard_to_kept is not None:
+    yield info.cluster_id, info.jaccard_to_kept
 
 
 class _ReadSnippetsFn(beam.DoFn):
@@ -105,17 +126,21 @@ class _ReadSnippetsFn(beam.DoFn):
     source = next(iter(grouped["file"]))
     for record in read_file(source, self._text_field, self._id_field):
       if record.doc_id in wanted:
-        yield record.doc_id, (record.user_id,
+        where = f"{source.path}:{split_doc_id(record.doc_id)[1] + 1}"
+        yield record.doc_id, (record.user_id, where,
                               report_render.snippet(record.text))
       if record.doc_id >= last:
         return
 
 
-def _write(stats, output, timings, largest, members, snippets):
-  shown = {cluster_id: [(doc_id, not removed) for removed, doc_id in firsts]
+def _write(stats, output, timings, largest, members, snippets, largest_min,
+           chains, threshold):
+  shown = {cluster_id: [(doc_id, not other, similarity, chain_kept)
+                        for other, doc_id, similarity, chain_kept in firsts]
            for cluster_id, firsts in members}
   report = report_render.assemble(stats, timings, largest, shown,
-                                  dict(snippets))
+                                  dict(snippets), dict(largest_min), chains,
+                                  threshold)
   write_report_files(output, report)
   return report
 

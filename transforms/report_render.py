@@ -31,8 +31,12 @@ _COUNT_ROWS = (
     ("docs_empty", "documents with no words"),
     ("docs_too_short", "documents shorter than --min_tokens"),
     ("buckets_multi", "LSH buckets with two or more documents"),
+    ("buckets_large", "LSH buckets above --exhaustive_bucket_size (not all"
+     " pairs compared)"),
     ("clusters", "duplicate clusters (size ≥ 2)"),
     ("clustered_docs", "documents in duplicate clusters"),
+    ("chain_docs", "clustered documents below the threshold to the kept one"),
+    ("chain_kept", "of those, kept by --chain_guard"),
 )
 
 
@@ -67,24 +71,38 @@ def worker_seconds(timings_ms: Mapping[str, int]) -> Dict[str, float]:
 
 def assemble(stats: dict, timings_ms: Mapping[str, int],
              largest: Iterable[Tuple[int, int]],
-             members: Mapping[int, Iterable[Tuple[int, bool]]],
-             documents: Mapping[int, Tuple[object, str]]) -> dict:
+             members: Mapping[int, Iterable[tuple]],
+             documents: Mapping[int, Tuple[object, str, str]],
+             min_to_kept: Mapping[int, float] = None, chain_clusters: int = 0,
+             threshold: float = 1.0) -> dict:
   """The report document.
 
   ``largest``: ``(cluster_id, size)`` of the largest clusters, largest first;
-  ``members``: per cluster id, the shown ``(doc_id, kept)``; ``documents``:
-  ``doc_id -> (user id, snippet)`` for every shown member.
+  ``members``: per cluster id, the shown ``(doc_id, kept, jaccard_to_kept,
+  chain_kept)`` (``kept``: the cluster's kept document); ``documents``:
+  ``doc_id -> (user id, source:position, snippet)`` for every shown member;
+  ``min_to_kept``: per cluster id, the minimum exact Jaccard of a member to
+  the kept document; ``chain_clusters``: how many clusters have a minimum
+  below ``threshold`` (held together by chains).
   """
   params = stats["params"]
+  min_to_kept = min_to_kept or {}
   clusters = []
   for cluster_id, size in largest:
-    shown = [{"doc_id": doc_id, "id": documents[doc_id][0], "kept": kept,
-              "snippet": documents[doc_id][1]}
-             for doc_id, kept in members.get(cluster_id, ())]
+    shown = [{"doc_id": doc_id, "id": documents[doc_id][0],
+              "where": documents[doc_id][1], "kept": kept,
+              "jaccard_to_kept": similarity, "chain_kept": chain_kept,
+              "snippet": documents[doc_id][2]}
+             for doc_id, kept, similarity, chain_kept in members.get(
+                 cluster_id, ())]
+    lowest = min_to_kept.get(cluster_id)
     clusters.append({"cluster_id": cluster_id, "size": size,
+                     "min_jaccard_to_kept": lowest,
+                     "chain": lowest is not None and lowest < threshold - 1e-9,
                      "members": shown, "more": size - len(shown)})
   return {
       "stats": stats,
+      "chain_clusters": chain_clusters,
       "s_curve": {
           "bands": params["bands"], "rows": params["rows"],
           "threshold": params["threshold"],
@@ -281,6 +299,8 @@ def _edges(stats: dict) -> str:
           f"<tr><td>verified edges (passed verify="
           f"{_e(stats['params'].get('verify'))})</td>"
           f"{_stat_cell('verified_edges', verified)}</tr>",
+          "<tr><td>graph edges (spanning forest of the verified edges)</td>"
+          f"{_stat_cell('graph_edges', stats.get('graph_edges', 0))}</tr>",
           f'<tr><td>share verified</td><td class="n">{share}</td></tr>']
   return _table(rows)
 
@@ -337,23 +357,46 @@ def _clusters(clusters: List[dict], limits: dict) -> str:
   out = [f'<p class="note">The {len(clusters)} largest clusters (of at most '
          f"{limits['largest_clusters']}), with up to "
          f"{limits['members_shown']} members each (the kept one first, then "
-         "by doc id) and the first "
-         f"{limits['snippet_chars']} characters of each text.</p>"]
+         "by doc id; named by user id, else source:position) and the first "
+         f"{limits['snippet_chars']} characters of each text. A cluster "
+         "marked <b>chain</b> has a member whose exact Jaccard to the kept "
+         "document is below the threshold: it is held together by a chain "
+         "of similar pairs (see --chain_guard).</p>"]
   for i, c in enumerate(clusters):
-    rows = [f"<tr><td class=\"n id\">{m['doc_id']}</td>"
-            f"<td class=\"id\">{_e(m['id'])}</td>"
-            f"<td>{'kept' if m['kept'] else 'removed'}</td>"
+    rows = [f"<tr><td class=\"id\">{_e(_member_name(m))}</td>"
+            f"<td>{_member_role(m)}</td>"
+            f'<td class="n">{_similarity(m.get("jaccard_to_kept"))}</td>'
             f'<td class="snip">{_e(m["snippet"])}</td></tr>'
             for m in c["members"]]
     more = (f'<p class="note">… and {c["more"]:,} more.</p>'
             if c["more"] else "")
+    lowest = c.get("min_jaccard_to_kept")
+    chain = (' · <b class="bad">chain</b>' if c.get("chain") else "")
+    chain_attr = "true" if c.get("chain") else "false"
     out.append(
         f'<details{" open" if i < 5 else ""} data-cluster="{c["cluster_id"]}"'
-        f' data-size="{c["size"]}"><summary>cluster {c["cluster_id"]} · '
-        f"{c['size']:,} documents</summary>"
-        + _table(rows, "<tr><th>doc_id</th><th>id</th><th></th>"
-                 "<th>text</th></tr>") + more + "</details>")
+        f' data-size="{c["size"]}" data-chain="{chain_attr}">'
+        f"<summary>cluster of {c['size']:,} documents · minimum Jaccard to "
+        f"the kept one {_similarity(lowest)}{chain}</summary>"
+        + _table(rows, "<tr><th>document</th><th></th><th>Jaccard to kept"
+                 "</th><th>text</th></tr>") + more + "</details>")
   return "\n".join(out)
+
+
+def _member_name(member: dict) -> str:
+  """The user id, or ``source:position`` when there is none."""
+  return str(member["id"]) if member.get("id") is not None else member.get(
+      "where", "")
+
+
+def _member_role(member: dict) -> str:
+  if member["kept"]:
+    return "kept"
+  return "kept (chain guard)" if member.get("chain_kept") else "removed"
+
+
+def _similarity(value) -> str:
+  return "–" if value is None else f"{value:.3f}"
 
 
 def render_html(report: dict) -> str:
@@ -363,7 +406,9 @@ def render_html(report: dict) -> str:
       "<header><h1>Near-duplicate run report</h1>"
       f'<p class="note">{stats["docs_in"]:,} records in, '
       f"{stats['removed']:,} removed as near-duplicates in "
-      f"{stats['clusters']:,} clusters.</p></header>",
+      f"{stats['clusters']:,} clusters, "
+      f'<span data-stat="chain_clusters">{report.get("chain_clusters", 0):,}'
+      "</span> of them held together by chains.</p></header>",
       _section("parameters", "Parameters", _parameters(stats["params"])),
       _section("counts", "Counts", _counts(stats)),
       _section("s-curve", "LSH S-curve", _curve(report["s_curve"])),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 
@@ -11,10 +11,25 @@ from transforms import metrics
 
 class ClusterInfo(NamedTuple):
   """A clustered document's cluster (labelled by its minimum doc id), the
-  cluster's size, and whether this document is the one kept."""
+  cluster's size, whether this document is the one kept, and which one is.
+
+  The explanation of a document that is not the kept one (filled in by
+  :class:`~transforms.verify.ExplainClusters`): ``matched_doc_id``, a
+  document it shares a verified edge with (the kept one when they share
+  one), that document's user id, the exact Jaccard of the two, and the exact
+  Jaccard to the kept document. ``chain_kept``: kept by the chain guard
+  although clustered (its Jaccard to the kept document is below the
+  threshold).
+  """
   cluster_id: int
   cluster_size: int
   kept: bool
+  kept_doc_id: Optional[int] = None
+  matched_doc_id: Optional[int] = None
+  matched_id: Any = None
+  matched_jaccard: Optional[float] = None
+  jaccard_to_kept: Optional[float] = None
+  chain_kept: bool = False
 
 
 class SelectKept(beam.PTransform):
@@ -84,4 +99,4 @@ class _ChooseFn(beam.DoFn):
     self._counts.add(metrics.size_bin_stat(metrics.CLUSTER_SIZES,
                                            size.bit_length() - 1), 1)
     for node, _ in members:
-      yield node, ClusterInfo(label, size, node == kept)
+      yield node, ClusterInfo(label, size, node == kept, kept)

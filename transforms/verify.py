@@ -9,18 +9,20 @@ that own its endpoints for their values, and compares them when they arrive.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+import math
+from typing import Any, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.documents import ROW_BITS, read_texts, split_doc_id
+from transforms.documents import (ROW_BITS, InputChangedError, make_doc_id,
+                                  read_file, read_texts)
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import signature as signature_kernels
-from transforms.lsh import concat_pairs
+from transforms.lsh import concat_arrays, forest_batch
 from transforms.signatures import normalize_options
 
 REMOVED_STAT = "verify_removed_edges"
@@ -29,10 +31,13 @@ _MAX_TEXT_BATCH = 4096
 
 
 class VerifyEdges(beam.PTransform):
-  """``{"edges", "signatures"}`` (edge and signature batches) → edges whose
-  estimated Jaccard (fraction of equal signature entries) is >= the
-  threshold. Every signature is shuffled once, to its document's shard,
-  which forwards just the ones candidate edges need. Returns ``{"edges",
+  """``{"edges", "signatures"}`` (edge and signature batches) → verified
+  edge batches ``(shard, (src, dst, similarity))``: a spanning forest of the
+  edges whose estimated Jaccard (fraction of equal signature entries) is >=
+  the threshold, the most similar edges first (see
+  :func:`~transforms.lsh.forest_batch`). Every signature is shuffled once,
+  to its document's shard, which forwards just the ones candidate edges
+  need. Returns ``{"edges",
   "counts"}`` (``verified_edges``, ``verify_removed_edges``)."""
 
   def __init__(self, config: DedupConfig):
@@ -55,10 +60,12 @@ class VerifyEdges(beam.PTransform):
 
 
 class VerifyExact(beam.PTransform):
-  """``{"edges", "docs"}`` → edges whose shingle sets have true Jaccard >=
-  the threshold. ``docs`` are ``(doc_id, raw text)``; only the texts of
-  candidate documents reach the comparison, where they are shingled with
-  the same kernels and parameters as their signatures.
+  """``{"edges", "docs"}`` → verified edge batches ``(shard, (src, dst,
+  similarity))``: a spanning forest of the edges whose shingle sets have
+  true Jaccard >= the threshold (that Jaccard is the similarity). ``docs``
+  are ``(doc_id, raw text)``; only the texts of candidate documents reach
+  the comparison, where they are shingled with the same kernels and
+  parameters as their signatures.
 
   By default the texts are routed to their documents' shards (one shuffle of
   the corpus text). ``texts`` can replace that with a cheaper source: a
@@ -93,12 +100,16 @@ class ServeTextsFromFiles(beam.PTransform):
   files: requests are grouped by file, and each file is read once, parsing
   only the requested rows. No document text goes through a shuffle until it
   is a candidate. ``files`` is the :class:`InputFile` PCollection of
-  :class:`~transforms.documents.ReadDocuments`."""
+  :class:`~transforms.documents.ReadDocuments`. With ``id_field``, each
+  value is a ``(text, user id)`` pair (every row up to the last requested
+  one is parsed)."""
 
-  def __init__(self, files, text_field: str = "text"):
+  def __init__(self, files, text_field: str = "text",
+               id_field: Optional[str] = None):
     super().__init__()
     self._files = files
     self._text_field = text_field
+    self._id_field = id_field
 
   def expand(self, edges):
     requests = edges | "RequestByFile" >> beam.ParDo(_RequestByFileFn())
@@ -108,7 +119,8 @@ class ServeTextsFromFiles(beam.PTransform):
               | "FlattenRequests" >> beam.Flatten()
               | "GroupByFile" >> beam.GroupByKey()
               | "ReadCandidates" >> beam.ParDo(
-                  _ReadCandidatesFn(self._text_field)).with_outputs(
+                  _ReadCandidatesFn(self._text_field,
+                                    self._id_field)).with_outputs(
                       metrics.COUNTS, main="values"))
     return {"values": served.values, "counts": served[metrics.COUNTS]}
 
@@ -144,7 +156,7 @@ def _text_batch(batch):
 
 def _nbytes(values) -> int:
   if values.dtype == object:
-    return sum(len(v) for v in values)
+    return sum(len(v[0] if isinstance(v, tuple) else v) for v in values)
   return values.nbytes
 
 
@@ -250,8 +262,9 @@ class _RequestByFileFn(beam.DoFn):
 @beam.typehints.with_output_types(Tuple[int, Any])
 class _ReadCandidatesFn(beam.DoFn):
 
-  def __init__(self, text_field: str):
+  def __init__(self, text_field: str, id_field: Optional[str]):
     self._text_field = text_field
+    self._id_field = id_field
 
   def process(self, element):
     _, tagged = element
@@ -266,14 +279,39 @@ class _ReadCandidatesFn(beam.DoFn):
     rows = np.unique(np.concatenate([w for w, _ in wants])) & (
         (1 << ROW_BITS) - 1)
     texts = np.empty(len(rows), dtype=object)
-    for i, (_, text) in enumerate(read_texts(source, rows.tolist(),
-                                             self._text_field)):
-      texts[i] = text
+    for i, value in enumerate(self._read(source, rows)):
+      texts[i] = value
     ids = (np.int64(source.index) << ROW_BITS) | rows
     for wanted, edge_shard in wants:
       found = texts[lsh_kernels.rows_of(ids, wanted)]
-      yield metrics.shuffled("verify_texts", wanted.nbytes + _nbytes(found))
+      yield metrics.shuffled(self._stat, wanted.nbytes + _nbytes(found))
       yield edge_shard, (_VALUE, wanted, found)
+
+  @property
+  def _stat(self):
+    return "verify_texts" if self._id_field is None else "explain_texts"
+
+  def _read(self, source, rows):
+    """The texts (or ``(text, user id)`` pairs) of the sorted ``rows``."""
+    if self._id_field is None:
+      return (text for _, text in read_texts(source, rows.tolist(),
+                                             self._text_field))
+    return _records(source, rows, self._text_field, self._id_field)
+
+
+def _records(source, rows, text_field, id_field):
+  wanted = iter(make_doc_id(source.index, r) for r in rows.tolist())
+  target = next(wanted, None)
+  for record in read_file(source, text_field, id_field):
+    if target is None:
+      return
+    if record.doc_id == target:
+      yield record.text, record.user_id
+      target = next(wanted, None)
+  if target is not None:
+    raise InputChangedError(
+        f"{source.path} has fewer documents than when it was read: it "
+        "changed while the job ran; rerun on an unchanging snapshot.")
 
 
 class _Compare(beam.PTransform):
@@ -310,7 +348,7 @@ class _CompareFn(beam.DoFn):
     return self._meter.flush()
 
   def passes(self, ids, values, src_rows, dst_rows):
-    """``(passed bool[m], similarity permille int[m])`` of the edges."""
+    """``(passed bool[m], similarity float64[m])`` of the edges."""
     raise NotImplementedError
 
   def process(self, element):
@@ -319,18 +357,20 @@ class _CompareFn(beam.DoFn):
     if not edges:
       return
     self._meter.start()
-    src, dst = concat_pairs(e for (e,) in edges)
+    src, dst = concat_arrays(e for (e,) in edges)
     ids, values = _sorted_values(ids, values)
-    passed, permille = self.passes(ids, values, lsh_kernels.rows_of(ids, src),
-                                   lsh_kernels.rows_of(ids, dst))
+    passed, similarity = self.passes(ids, values,
+                                     lsh_kernels.rows_of(ids, src),
+                                     lsh_kernels.rows_of(ids, dst))
     self._meter.stop()
     self._meter.done(len(src))
-    for value in permille[passed].tolist():
+    for value in (1000 * similarity[passed]).astype(np.int64).tolist():
       self._similarity.update(value)
     yield metrics.count_tag("verified_edges", int(passed.sum()))
     yield metrics.count_tag(REMOVED_STAT, int((~passed).sum()))
     if passed.any():
-      yield shard, (src[passed], dst[passed])
+      yield from forest_batch(shard, src[passed], dst[passed],
+                              similarity[passed])
 
 
 class _SignatureCompareFn(_CompareFn):
@@ -339,19 +379,207 @@ class _SignatureCompareFn(_CompareFn):
     k = values.shape[1]
     equal = np.count_nonzero(values[src_rows] == values[dst_rows], axis=1)
     min_equal = lsh_kernels.min_equal_entries(self._config.threshold, k)
-    return equal >= min_equal, 1000 * equal // k
+    return equal >= min_equal, equal / k
 
 
 class _ExactCompareFn(_CompareFn):
 
   def passes(self, ids, values, src_rows, dst_rows):
-    c = self._config
-    flat, set_offsets = signature_kernels.shingle_sets(
-        values.tolist(), unit=c.shingle_unit, ngram=c.ngram, seed=c.seed,
-        **normalize_options(c))
-    sizes = np.diff(set_offsets)
-    inter = jaccard_kernels.pair_intersections(flat, set_offsets, src_rows,
-                                               dst_rows)
-    union = sizes[src_rows] + sizes[dst_rows] - inter
-    passed = jaccard_kernels.meets_threshold(inter, union, c.threshold)
-    return passed, 1000 * inter // np.maximum(union, 1)
+    inter, union = exact_overlaps(self._config, values, src_rows, dst_rows)
+    passed = jaccard_kernels.meets_threshold(inter, union,
+                                             self._config.threshold)
+    return passed, inter / np.maximum(union, 1)
+
+
+def exact_overlaps(config: DedupConfig, texts, src_rows, dst_rows):
+  """``(|A∩B|, |A∪B|)`` of the shingle sets of ``texts[src_rows[i]]`` and
+  ``texts[dst_rows[i]]``, shingled as the signatures were."""
+  flat, set_offsets = signature_kernels.shingle_sets(
+      list(texts), unit=config.shingle_unit, ngram=config.ngram,
+      seed=config.seed, **normalize_options(config))
+  sizes = np.diff(set_offsets)
+  inter = jaccard_kernels.pair_intersections(flat, set_offsets, src_rows,
+                                             dst_rows)
+  return inter, sizes[src_rows] + sizes[dst_rows] - inter
+
+
+class ExplainClusters(beam.PTransform):
+  """``{"clusters", "edges", "docs"}`` → ``(doc_id, ClusterInfo)`` with the
+  explanation of every clustered document that is not the kept one.
+
+  ``clusters`` come from :class:`~transforms.select.SelectKept`, ``edges``
+  are the verified edge batches the clusters were built from. Each such
+  document is matched with a neighbour on a verified edge (the kept
+  document when they share one, else the most similar neighbour, then the
+  lowest id); the exact Jaccard to that neighbour and to the kept document
+  are computed from the texts (``texts``: a source of ``(text, user id)``
+  pairs such as :class:`ServeTextsFromFiles` with an ``id_field``; by
+  default the ``docs`` texts are routed, without user ids). With ``config.chain_guard``
+  a document whose Jaccard to the kept one is below the threshold is kept
+  (``chain_kept``). Counts: ``chain_docs`` (clustered, not kept, below the
+  threshold to the kept document) and ``chain_kept``.
+  """
+
+  def __init__(self, config: DedupConfig, texts: beam.PTransform = None):
+    super().__init__()
+    self._config = config
+    self._texts = texts
+
+  def expand(self, inputs):
+    n = self._config.lsh_shards
+    chosen = ({"info": inputs["clusters"],
+               "edge": inputs["edges"] | "EdgeEnds" >> beam.FlatMap(
+                   _edge_ends)}
+              | "JoinNeighbours" >> beam.CoGroupByKey()
+              | "ChooseMatched" >> beam.ParDo(_ChooseMatchedFn())
+              .with_outputs(_ASKED, main="kept"))
+    pairs = (chosen[_ASKED]
+             | "PairsToCompare" >> beam.FlatMap(_pairs_to_compare)
+             | "BatchPairs" >> beam.BatchElements(
+                 min_batch_size=64, max_batch_size=_MAX_TEXT_BATCH)
+             | "PairBatches" >> beam.FlatMap(_pair_batches, n))
+    if self._texts is None:
+      served = ({"docs": inputs["docs"], "edges": pairs}
+                | "ServeTextsFromDocs" >> _ServeTextsFromDocs(n))
+    else:
+      served = pairs | "ServeTexts" >> self._texts
+    tagged_pairs = pairs | "TagPairs" >> beam.Map(
+        lambda kv: (kv[0], (_EDGES, kv[1])))
+    measured = ((served["values"], tagged_pairs)
+                | "FlattenPairs" >> beam.Flatten()
+                | "GroupPairEnds" >> beam.GroupByKey()
+                | "ExactJaccard" >> beam.ParDo(_JaccardFn(self._config))
+                | "ByDocument" >> beam.FlatMap(_by_document))
+    explained = ({"asked": chosen[_ASKED] | "KeyAsked" >> beam.Map(
+                     lambda a: (a[0], a[1:])),
+                  "measured": measured}
+                 | "JoinMeasured" >> beam.CoGroupByKey()
+                 | "Explain" >> beam.ParDo(_ExplainFn(self._config))
+                 .with_outputs(metrics.COUNTS, main="clusters"))
+    clusters = ((chosen.kept, explained.clusters)
+                | "AllClusters" >> beam.Flatten())
+    return {"clusters": clusters,
+            "counts": (served["counts"], explained[metrics.COUNTS])
+                      | "FlattenCounts" >> beam.Flatten()}
+
+
+_ASKED = "asked"
+
+
+def _edge_ends(element):
+  _, (src, dst, similarity) = element
+  for a, b, sim in zip(src.tolist(), dst.tolist(), similarity.tolist()):
+    yield a, (b, sim)
+    yield b, (a, sim)
+
+
+def _matched(kept_doc_id, neighbours):
+  """The neighbour a document is explained by: the kept document if it is
+  one, else the most similar (unknown similarity last), then lowest id."""
+  if any(other == kept_doc_id for other, _ in neighbours):
+    return kept_doc_id
+  return min(neighbours, key=lambda e: (
+      -e[1] if not math.isnan(e[1]) else math.inf, e[0]))[0]
+
+
+class _ChooseMatchedFn(beam.DoFn):
+  """Kept documents pass through; every other one is asked about as
+  ``(doc_id, info, matched doc id)``."""
+
+  def process(self, element):
+    node, grouped = element
+    infos = list(grouped["info"])
+    if not infos:
+      return
+    info = infos[0]
+    if info.kept:
+      yield node, info
+      return
+    yield beam.pvalue.TaggedOutput(_ASKED, (
+        node, info, _matched(info.kept_doc_id, list(grouped["edge"]))))
+
+
+def _pairs_to_compare(asked):
+  node, info, matched = asked
+  yield node, matched
+  if matched != info.kept_doc_id:
+    yield node, info.kept_doc_id
+
+
+def _pair_batches(batch, num_shards):
+  """``(doc, other)`` pairs → pair batches ``(shard, (docs, others))`` by
+  the shard of the document."""
+  docs = np.fromiter((d for d, _ in batch), dtype=np.int64, count=len(batch))
+  others = np.fromiter((o for _, o in batch), dtype=np.int64,
+                       count=len(batch))
+  for shard, (d, o) in lsh_kernels.split_by_shard(
+      lsh_kernels.node_shard(docs, num_shards), docs, others):
+    yield shard, (d, o)
+
+
+class _JaccardFn(beam.DoFn):
+  """``(doc, other, jaccard, reaches threshold, other's user id)`` of every
+  pair of one pair shard, exactly."""
+
+  def __init__(self, config: DedupConfig):
+    self._config = config
+
+  def process(self, element):
+    _, tagged = element
+    ids, values, pairs = _partition(tagged)
+    if not pairs:
+      return
+    docs, others = concat_arrays(p for (p,) in pairs)
+    ids, values = _sorted_values(ids, values)
+    texts, user_ids = _texts_and_user_ids(values)
+    doc_rows = lsh_kernels.rows_of(ids, docs)
+    other_rows = lsh_kernels.rows_of(ids, others)
+    inter, union = exact_overlaps(self._config, texts, doc_rows, other_rows)
+    reaches = jaccard_kernels.meets_threshold(inter, union,
+                                              self._config.threshold)
+    yield (docs, others, inter / np.maximum(union, 1), reaches,
+           user_ids[other_rows])
+
+
+def _texts_and_user_ids(values):
+  texts = np.empty(len(values), dtype=object)
+  user_ids = np.empty(len(values), dtype=object)
+  for i, value in enumerate(values):
+    texts[i], user_ids[i] = value if isinstance(value, tuple) else (value,
+                                                                    None)
+  return texts, user_ids
+
+
+def _by_document(measured):
+  docs, others, similarity, reaches, user_ids = measured
+  for doc, other, sim, ok, user_id in zip(
+      docs.tolist(), others.tolist(), similarity.tolist(), reaches.tolist(),
+      user_ids.tolist()):
+    yield doc, (other, sim, ok, user_id)
+
+
+class _ExplainFn(beam.DoFn):
+
+  def __init__(self, config: DedupConfig):
+    self._config = config
+
+  def setup(self):
+    self._counts = metrics.BundleCounts()
+
+  def finish_bundle(self):
+    return self._counts.flush()
+
+  def process(self, element):
+    node, grouped = element
+    (info, matched), = grouped["asked"]
+    measured = {other: rest for other, *rest in grouped["measured"]}
+    matched_sim, _, matched_id = measured[matched]
+    kept_sim, reaches, _ = measured[info.kept_doc_id]
+    chain = not reaches
+    guarded = chain and self._config.chain_guard
+    self._counts.add("chain_docs", int(chain))
+    self._counts.add("chain_kept", int(guarded))
+    yield node, info._replace(
+        kept=guarded, matched_doc_id=matched, matched_id=matched_id,
+        matched_jaccard=matched_sim, jaccard_to_kept=kept_sim,
+        chain_kept=guarded)

@@ -276,7 +276,17 @@ def _cluster_row(doc_id, info, user_id, source):
       "kept": info.kept,
       "source": source.path,
       "position": (doc_id & ((1 << ROW_BITS) - 1)) + 1,
+      "kept_doc_id": info.kept_doc_id,
+      "matched_doc_id": info.matched_doc_id,
+      "matched_id": info.matched_id,
+      "matched_jaccard": _rounded(info.matched_jaccard),
+      "jaccard_to_kept": _rounded(info.jaccard_to_kept),
+      "chain_kept": info.chain_kept,
   })
+
+
+def _rounded(similarity):
+  return None if similarity is None else round(similarity, 6)
 
 
 def _json_line(obj) -> bytes:
@@ -312,6 +322,7 @@ def finalize_stats(counts: dict, params: dict) -> dict:
       "docs_in", "kept", "removed", "rejected", "clusters", "clustered_docs",
       "candidate_edges", "verified_edges", "docs_empty", "docs_too_short",
       "docs_signed", "buckets_multi", "verify_removed_edges",
+      "buckets_large", "graph_edges", "chain_docs", "chain_kept",
       "cc_residual_edges",
       "cc_residual_nodes")}
   rejected_by_reason, shuffle_bytes = {}, {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Tuple
 
+import numba
 import numpy as np
 
 
@@ -74,3 +75,45 @@ def classify_node(parents: np.ndarray, children: np.ndarray) -> str:
   if n_parents > 1 or (n_parents and len(children)):
     return "unsettled"
   return "leaf" if n_parents else "root"
+
+
+def spanning_forest(src: np.ndarray, dst: np.ndarray,
+                    weight: np.ndarray) -> np.ndarray:
+  """Mask of the edges of a maximum-weight spanning forest (Kruskal).
+
+  The kept edges are real edges and connect exactly the same components as
+  all of them, with at most (nodes - components) edges. Heavier edges win,
+  then lower (src, dst); NaN weights (unknown) count as the lightest, so the
+  result depends only on the set of edges, not on their order.
+  """
+  src = np.asarray(src, dtype=np.int64)
+  dst = np.asarray(dst, dtype=np.int64)
+  weight = np.asarray(weight, dtype=np.float64)
+  if not len(src):
+    return np.zeros(0, dtype=bool)
+  order = np.lexsort((dst, src, -np.nan_to_num(weight, nan=-np.inf)))
+  nodes, index = np.unique(np.concatenate([src, dst]), return_inverse=True)
+  index = index.ravel()
+  keep = np.zeros(len(src), dtype=bool)
+  keep[order] = _kruskal(index[:len(src)][order], index[len(src):][order],
+                         len(nodes))
+  return keep
+
+
+@numba.njit(cache=True, nogil=True)
+def _kruskal(a, b, n):
+  parent = np.arange(n)
+  keep = np.zeros(len(a), dtype=np.bool_)
+  for i in range(len(a)):
+    x = a[i]
+    while parent[x] != x:
+      parent[x] = parent[parent[x]]
+      x = parent[x]
+    y = b[i]
+    while parent[y] != y:
+      parent[y] = parent[parent[y]]
+      y = parent[y]
+    if x != y:
+      parent[max(x, y)] = min(x, y)
+      keep[i] = True
+  return keep

@@ -12,6 +12,8 @@ from typing import Tuple
 
 import numpy as np
 
+from transforms.kernels.lsh import ranges
+
 # Bounds the (pair, element) arrays built at once by the batch kernels.
 _CHUNK_ELEMENTS = 1 << 23
 
@@ -31,11 +33,7 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> Tuple[int, int]:
 
 def _gather(offsets: np.ndarray, docs: np.ndarray) -> np.ndarray:
   """Indices into the flat values of the documents ``docs``, concatenated."""
-  starts = offsets[docs]
-  lengths = offsets[docs + 1] - starts
-  total = int(lengths.sum())
-  shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-  return shift + np.arange(total, dtype=np.int64)
+  return ranges(offsets[docs], offsets[docs + 1] - offsets[docs])
 
 
 def pair_intersections(values: np.ndarray, offsets: np.ndarray,

@@ -4,7 +4,7 @@ collision finding within a shard of band keys."""
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -118,35 +118,142 @@ def shard_of(keys: np.ndarray, num_shards: int) -> np.ndarray:
           % np.uint64(num_shards)).astype(np.int64)
 
 
-def star_edges(keys: np.ndarray, ids: np.ndarray
-               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Candidate edges of one shard of (band key, doc id) entries.
+# Salt of the whole-signature digest, so it never equals a band key.
+_DIGEST_SALT = np.uint64(0x5EED5EED0D16E575)
 
-  For every bucket (run of equal keys) with at least two distinct documents,
-  emits star edges from the bucket's smallest id to each other member, never
-  all pairs. Returns ``(src, dst, bucket_sizes)`` with src < dst, edges
-  de-duplicated and sorted, and the size of every bucket of two or more.
+
+def signature_digests(signatures: np.ndarray, seed: int) -> np.ndarray:
+  """Stable 64-bit hash of every whole signature: uint64 ``(n_docs,)``.
+
+  Equal signatures give equal digests; distinct ones collide with
+  probability 2^-64 per pair.
+  """
+  sig = np.asarray(signatures, dtype=np.uint32)
+  start = fmix64(np.array([seed], dtype=np.uint64) ^ _DIGEST_SALT)
+  h = np.repeat(start, sig.shape[0])
+  for j in range(sig.shape[1]):
+    h = fmix64((h ^ sig[:, j].astype(np.uint64)) * GOLDEN)
+  return h
+
+
+class BucketPairs(NamedTuple):
+  """Candidate pairs of one shard of band keys.
+
+  ``src < dst``; ``anchor`` is the smallest id of the bucket that produced
+  the pair (pairs are routed by it, so one bucket's pairs meet in one place).
+  ``sizes`` holds the size of every bucket of two or more, ``large`` how
+  many of them were above the exhaustive size.
+  """
+  src: np.ndarray
+  dst: np.ndarray
+  anchor: np.ndarray
+  sizes: np.ndarray
+  large: int
+
+
+def bucket_pairs(keys: np.ndarray, ids: np.ndarray, digests: np.ndarray,
+                 exhaustive: int, hubs: int) -> BucketPairs:
+  """Candidate pairs of one shard of ``(band key, doc id, digest)`` entries.
+
+  A bucket (run of equal keys) of k <= ``exhaustive`` distinct documents
+  yields all k(k-1)/2 pairs, so every pair of it that passes verification
+  is an edge. A larger bucket never costs k^2: documents with equal
+  signature digests are first joined by a star from the smallest of them
+  (one node per distinct signature); if at most ``exhaustive`` distinct
+  signatures remain, all their pairs follow, otherwise every one of them is
+  paired with each of the ``hubs`` smallest ids among them (and the hubs
+  with each other): at most k * hubs pairs. Pairs repeated across buckets of
+  the same anchor are emitted once.
   """
   keys = np.asarray(keys, dtype=np.uint64)
   ids = np.asarray(ids, dtype=np.int64)
+  digests = np.asarray(digests, dtype=np.uint64)
   order = np.lexsort((ids, keys))
-  keys, ids = keys[order], ids[order]
+  keys, ids, digests = keys[order], ids[order], digests[order]
   if len(keys):
     # A document listed twice in one bucket counts once.
     fresh = np.ones(len(keys), dtype=bool)
     fresh[1:] = (keys[1:] != keys[:-1]) | (ids[1:] != ids[:-1])
-    keys, ids = keys[fresh], ids[fresh]
+    keys, ids, digests = keys[fresh], ids[fresh], digests[fresh]
   n = len(keys)
   empty = np.zeros(0, dtype=np.int64)
   if n < 2:
-    return empty, empty, empty
+    return BucketPairs(empty, empty, empty, empty, 0)
   starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
   sizes = np.diff(np.r_[starts, n])
-  run_of = np.repeat(np.arange(len(starts)), sizes)
-  center = ids[starts][run_of]
-  member = ids != center
-  src, dst = distinct_edges(center[member], ids[member])
-  return src, dst, sizes[sizes >= 2]
+  small = (sizes >= 2) & (sizes <= exhaustive)
+  src, dst = run_pairs(ids, starts[small], sizes[small])
+  anchor = [np.repeat(ids[starts[small]], sizes[small] * (sizes[small] - 1)
+                      // 2)]
+  src, dst = [src], [dst]
+  large = np.flatnonzero(sizes > exhaustive)
+  for run in large.tolist():
+    lo = starts[run]
+    s, d = _large_bucket_pairs(ids[lo:lo + sizes[run]],
+                               digests[lo:lo + sizes[run]], exhaustive, hubs)
+    src.append(s)
+    dst.append(d)
+    anchor.append(np.full(len(s), ids[lo], dtype=np.int64))
+  src, dst, anchor = (np.concatenate(a) for a in (src, dst, anchor))
+  # The same pair from several buckets of one anchor is one candidate.
+  order = np.lexsort((dst, src, anchor))
+  src, dst, anchor = src[order], dst[order], anchor[order]
+  fresh = np.ones(len(src), dtype=bool)
+  fresh[1:] = ((anchor[1:] != anchor[:-1]) | (src[1:] != src[:-1])
+               | (dst[1:] != dst[:-1]))
+  return BucketPairs(src[fresh], dst[fresh], anchor[fresh],
+                     sizes[sizes >= 2], len(large))
+
+
+def run_pairs(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray
+              ) -> Tuple[np.ndarray, np.ndarray]:
+  """All pairs ``(values[i], values[j])``, i < j, within each run
+  ``[start, start + size)`` of ``values`` (sorted runs give first < second).
+  """
+  starts = np.asarray(starts, dtype=np.int64)
+  sizes = np.asarray(sizes, dtype=np.int64)
+  empty = np.zeros(0, dtype=values.dtype)
+  if not len(starts):
+    return empty, empty
+  position = ranges(starts, sizes)
+  run_end = np.repeat(starts + sizes, sizes)
+  later = run_end - position - 1
+  first = np.repeat(position, later)
+  step = ranges(np.ones(len(later), dtype=np.int64), later)
+  return values[first], values[first + step]
+
+
+def ranges(starts, lengths) -> np.ndarray:
+  """``start, start+1, ..., start+length-1`` for every (start, length),
+  concatenated."""
+  lengths = np.asarray(lengths, dtype=np.int64)
+  total = int(lengths.sum())
+  shift = np.repeat(np.asarray(starts, dtype=np.int64)
+                    - (np.cumsum(lengths) - lengths), lengths)
+  return shift + np.arange(total, dtype=np.int64)
+
+
+def _large_bucket_pairs(ids, digests, exhaustive, hubs):
+  """Pairs of one bucket above the exhaustive size (ids sorted)."""
+  order = np.lexsort((ids, digests))
+  ids, digests = ids[order], digests[order]
+  group = np.flatnonzero(np.r_[True, digests[1:] != digests[:-1]])
+  group_of = np.repeat(group, np.diff(np.r_[group, len(ids)]))
+  alias = group_of != np.arange(len(ids))
+  alias_src, alias_dst = ids[group_of[alias]], ids[alias]
+  reps = np.sort(ids[group])
+  if len(reps) <= exhaustive:
+    src, dst = run_pairs(reps, np.zeros(1, dtype=np.int64),
+                         np.array([len(reps)]))
+  else:
+    head = reps[:hubs]
+    src, dst = run_pairs(head, np.zeros(1, dtype=np.int64),
+                         np.array([len(head)]))
+    rest = reps[hubs:]
+    src = np.concatenate([src, np.tile(head, len(rest))])
+    dst = np.concatenate([dst, np.repeat(rest, len(head))])
+  return (np.concatenate([alias_src, src]),
+          np.concatenate([alias_dst, dst]))
 
 
 def node_shard(ids: np.ndarray, num_shards: int) -> np.ndarray:
