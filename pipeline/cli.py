@@ -10,7 +10,8 @@ from typing import List, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import (PipelineOptions,
+                                                  StandardOptions)
 from apache_beam.runners.runner import PipelineState
 
 from pipeline import graph
@@ -31,6 +32,9 @@ _OUTPUTS = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE, REPORT_JSON,
 def main(argv: Optional[List[str]] = None) -> int:
   """Runs the job; returns the process exit code (0 ok, 2 bad arguments)."""
   argv = list(sys.argv[1:] if argv is None else argv)
+  if PipelineOptions(argv).view_as(StandardOptions).streaming:
+    from pipeline import streaming  # pylint: disable=import-outside-toplevel
+    return streaming.main(argv)
   try:
     # The job's parser, not PipelineOptions': Beam's base parser knows none of
     # the job's flags, so its --help listed nothing.
