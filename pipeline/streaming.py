@@ -19,10 +19,12 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (PipelineOptions,
+                                                  PrismRunnerOptions,
                                                   StandardOptions)
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
+from pipeline.engines import INSTALL_PRISM, find_prism
 from pipeline.options import DedupOptions, config_from_options
 from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
                                StreamConfig, parse_duration_ms)
@@ -162,7 +164,8 @@ def check_io(options: PipelineOptions) -> None:
         " for timers (Prism: --runner PrismRunner, or Flink, Dataflow): the"
         " BundleBasedDirectRunner lets the verdicts decided by timers reach"
         " the file windows after they closed, so their files are never"
-        " finalised (measured). Use --output_topic with it.")
+        f" finalised (measured). Use --output_topic with it, or install"
+        f" Prism ({INSTALL_PRISM}), which is then the default.")
   if view.watch_interval < 0:
     raise ValueError("--watch_interval must be >= 0 seconds.")
   parse_duration_ms(view.watch_stop_after)
@@ -266,6 +269,17 @@ class WriteWindowedLines(beam.PTransform):
                 file_naming=fileio.default_file_naming("part", ".jsonl")))
 
 
+def _choose_local_runner(options: PipelineOptions) -> None:
+  """Prism (when installed) for file outputs, else the DirectRunner: both
+  run locally without downloading anything."""
+  prism = find_prism()
+  if options.view_as(DedupOptions).output and prism:
+    options.view_as(StandardOptions).runner = PRISM_RUNNER
+    options.view_as(PrismRunnerOptions).prism_location = prism
+  else:
+    options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+
+
 def main(argv: Optional[List[str]] = None) -> int:
   """Runs the streaming job; returns the exit code (0 ok, 2 bad arguments).
   Returns when the input is exhausted (files), the watch stops, or, with
@@ -288,7 +302,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0 if e.code is None else int(e.code)
   options.view_as(StandardOptions).streaming = True
   if options.view_as(StandardOptions).runner is None:
-    options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+    _choose_local_runner(options)
   try:
     config = stream_config(options)
     check_io(options)

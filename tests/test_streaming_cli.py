@@ -1,0 +1,97 @@
+"""The streaming job through the CLI's ``main(argv)``: argument errors
+before anything starts, and a local run over files on Prism (skipped with
+the reason where Prism is not installed)."""
+
+import glob
+import json
+import os
+
+import pytest
+
+from pipeline.cli import main
+from pipeline.engines import find_prism, missing_prism_reason
+from tests.test_streaming import BASE, COPY, OTHER
+
+
+def write_docs(path, rows):
+  with open(path, "w", encoding="utf-8") as f:
+    for row in rows:
+      f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "exactly one of --input"),
+    (["--input", "x.jsonl", "--input_subscription", "projects/p/"
+      "subscriptions/s", "--output_topic", "projects/p/topics/t"],
+     "exactly one of --input"),
+    (["--input_subscription", "projects/p/subscriptions/s"],
+     "exactly one of --output"),
+    (["--input_subscription", "projects/p/subscriptions/s",
+      "--output_topic", "projects/p/topics/t", "--publish", "kept"],
+     "--dead_letter_topic"),
+    (["--input_subscription", "projects/p/subscriptions/s",
+      "--output_topic", "projects/p/topics/t", "--settle", "2m",
+      "--allowed_lateness", "1m"], "raise --allowed_lateness"),
+    (["--input_subscription", "projects/p/subscriptions/s",
+      "--output_topic", "projects/p/topics/t", "--dedup_window", "7 days"],
+     "duration '7 days'"),
+    (["--input_subscription", "projects/p/subscriptions/s",
+      "--output_topic", "projects/p/topics/t", "--bands", "40", "--rows",
+      "4"], "exceeds num_perm"),
+    (["--input", "{tmp}/none-*.jsonl", "--output_topic",
+      "projects/p/topics/t"], "No input files match"),
+    (["--input", "{tmp}/docs.jsonl", "--output", "{tmp}/out", "--runner",
+      "BundleBasedDirectRunner"], "needs a runner that holds the watermark"),
+])
+def test_bad_arguments_fail_before_the_job_starts(tmp_path, capsys, args,
+                                                  message):
+  write_docs(tmp_path / "docs.jsonl", [{"id": 1, "text": "a b c"}])
+  argv = ["--streaming"] + [a.format(tmp=tmp_path) for a in args]
+  assert main(argv) == 2
+  assert message in capsys.readouterr().err
+
+
+def test_help_lists_the_streaming_flags(capsys):
+  assert main(["--streaming", "--help"]) == 0
+  out = capsys.readouterr().out
+  for flag in ("--input_subscription", "--mode", "--dedup_window",
+               "--threshold"):
+    assert flag in out
+
+
+def test_files_to_windowed_verdict_files_on_prism(tmp_path):
+  if find_prism() is None:
+    pytest.skip(missing_prism_reason())
+  write_docs(tmp_path / "docs.jsonl", [
+      {"id": "a", "text": BASE, "ts": 100}, {"id": "b", "text": COPY,
+                                             "ts": 101},
+      {"id": "c", "text": OTHER, "ts": 102}, "not json",
+      {"id": "d", "text": BASE, "ts": "yesterday"}])
+  out = tmp_path / "out"
+  assert main(["--streaming", "--input", str(tmp_path / "docs.jsonl"),
+               "--output", str(out), "--event_time_field", "ts",
+               "--ngram", "3", "--num_perm", "64", "--bands", "16",
+               "--rows", "4", "--threshold", "0.5", "--verify", "exact",
+               "--settle", "1s", "--output_window", "1m"]) == 0
+
+  def rows(name):
+    found = []
+    for path in sorted(glob.glob(str(out / name / "part-*.jsonl"))):
+      with open(path, encoding="utf-8") as f:
+        found += [json.loads(line) for line in f]
+    return found
+
+  verdicts = {v["id"]: v for v in rows("verdicts")}
+  assert {k: (v["verdict"], v["duplicate_of"]) for k, v in verdicts.items()
+          } == {"a": ("kept", None), "b": ("duplicate", "a"),
+                "c": ("kept", None)}
+  # Exact verification: the true Jaccard of the 3-gram sets, 55/61.
+  assert verdicts["b"]["similarity"] == pytest.approx(55 / 61, abs=1e-6)
+  assert verdicts["a"]["event_time"].startswith("1970-01-01T00:01:40")
+  reasons = sorted(r["reason"].split(":")[0] for r in rows("rejected"))
+  assert reasons == ["bad_event_time", "malformed_json"]
+  kept = sorted(json.loads(line)["id"] for path in glob.glob(
+      str(out / "deduped" / "part-*.jsonl")) for line in open(path))
+  assert kept == ["a", "c"]
+  assert not rows("late")
+  assert not glob.glob(str(out / "*" / ".temp*" / "*"))
