@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import time
+import uuid
 from typing import List, Optional
 
 import apache_beam as beam
@@ -21,7 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (PipelineOptions,
                                                   PrismRunnerOptions,
                                                   StandardOptions)
-from apache_beam.transforms.window import FixedWindows, TimestampedValue
+from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.engines import INSTALL_PRISM, find_prism
@@ -33,8 +34,10 @@ from transforms.stream.dedup import DeduplicateStream
 from transforms.stream.messages import (REJECTED, ParseRecords, RawRecord,
                                         rejected_json, verdict_json)
 
+# Local runs: the one local runner that runs Pub/Sub I/O natively and holds
+# real watermarks without anything installed (never the FnApiRunner, which
+# fires event-time timers early and busy-polls a watched folder).
 DEFAULT_RUNNER = "BundleBasedDirectRunner"
-PRISM_RUNNER = "PrismRunner"
 PUBLISH = ("verdicts", "kept")
 # Output folders under --output.
 VERDICTS_DIR, DEDUPED_DIR, LATE_DIR, REJECTED_DIR = (
@@ -118,12 +121,13 @@ class TemplateOptions:
 
   @classmethod
   def _add_argparse_args(cls, parser):
+    # pylint: disable=protected-access
     scratch = argparse.ArgumentParser(add_help=False)
-    DedupOptions._add_argparse_args(scratch)  # pylint: disable=protected-access
-    StreamingOptions._add_argparse_args(scratch)  # pylint: disable=protected-access
-    for action in scratch._actions:  # pylint: disable=protected-access
+    DedupOptions._add_argparse_args(scratch)
+    StreamingOptions._add_argparse_args(scratch)
+    for action in scratch._actions:
       if action.dest not in _FILE_ONLY:
-        parser._add_action(action)  # pylint: disable=protected-access
+        parser._add_action(action)
 
 
 def stream_config(options: PipelineOptions) -> StreamConfig:
@@ -158,14 +162,12 @@ def check_io(options: PipelineOptions) -> None:
     raise ValueError("streaming reads JSONL or text lines; convert Parquet"
                      " inputs or use the batch job.")
   runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
-  if files.output and runner.endswith("DirectRunner"):
+  if view.watch_interval > 0 and runner.endswith("DirectRunner"):
     raise ValueError(
-        "--output (windowed files) needs a runner that holds the watermark"
-        " for timers (Prism: --runner PrismRunner, or Flink, Dataflow): the"
-        " BundleBasedDirectRunner lets the verdicts decided by timers reach"
-        " the file windows after they closed, so their files are never"
-        f" finalised (measured). Use --output_topic with it, or install"
-        f" Prism ({INSTALL_PRISM}), which is then the default.")
+        "--watch_interval needs a runner with splittable DoFns"
+        " (MatchContinuously): --runner PrismRunner (the default when"
+        f" {INSTALL_PRISM} has built it), Flink or Dataflow; the"
+        " BundleBasedDirectRunner cannot run it.")
   if view.watch_interval < 0:
     raise ValueError("--watch_interval must be >= 0 seconds.")
   parse_duration_ms(view.watch_stop_after)
@@ -186,31 +188,52 @@ def build(p: beam.Pipeline, options: PipelineOptions, config: StreamConfig):
   parsed = records | "ParseRecords" >> ParseRecords(
       input_format, files.text_field, files.id_field, view.event_time_field)
   out = parsed.documents | "DeduplicateStream" >> DeduplicateStream(config)
-  verdicts, late, rejected = out["verdicts"], out["late"], parsed[REJECTED]
-  as_json = (
-      (verdicts | "VerdictJson" >> beam.Map(verdict_json)),
-      (late | "LateJson" >> beam.Map(verdict_json)),
-      (rejected | "RejectedJson" >> beam.Map(rejected_json)))
-  kept = (verdicts
-          | "KeptOnly" >> beam.Filter(lambda v: v.verdict == "kept")
-          | "KeptRecords" >> beam.Map(lambda v: v.record))
   if view.output_topic:
-    if view.publish == "kept":
-      _ = kept | "PublishKept" >> beam.io.WriteToPubSub(view.output_topic)
-      dead = as_json[1:] | "DeadLetters" >> beam.Flatten()
-      _ = dead | "PublishDeadLetters" >> beam.io.WriteToPubSub(
-          view.dead_letter_topic)
-    else:
-      everything = as_json | "AllVerdicts" >> beam.Flatten()
-      _ = everything | "PublishVerdicts" >> beam.io.WriteToPubSub(
-          view.output_topic)
+    publish(out["verdicts"], out["late"], parsed[REJECTED], view)
+  else:
+    write_files(out["verdicts"], out["late"], parsed[REJECTED], files.output,
+                parse_duration_ms(view.output_window))
+
+
+def publish(verdicts, late, rejected, view):
+  """JSON verdicts (or the kept records) to the Pub/Sub topics."""
+  late_json = late | "LateJson" >> beam.Map(verdict_json)
+  rejected_json_ = rejected | "RejectedJson" >> beam.Map(rejected_json)
+  if view.publish == "kept":
+    kept = (verdicts
+            | "KeptOnly" >> beam.Filter(lambda v: v.verdict == "kept")
+            | "KeptRecords" >> beam.Map(lambda v: v.record))
+    _ = kept | "PublishKept" >> beam.io.WriteToPubSub(view.output_topic)
+    dead = (late_json, rejected_json_) | "DeadLetters" >> beam.Flatten()
+    _ = dead | "PublishDeadLetters" >> beam.io.WriteToPubSub(
+        view.dead_letter_topic)
     return
-  window_s = parse_duration_ms(view.output_window) / 1000
-  for name, pcoll in ((VERDICTS_DIR, as_json[0]), (LATE_DIR, as_json[1]),
-                      (REJECTED_DIR, as_json[2]), (DEDUPED_DIR, kept)):
-    _ = pcoll | f"Write_{name}" >> WriteWindowedLines(
-        os.path.join(files.output, name), window_s,
-        config.retention_ms / 1000)
+  everything = ((verdicts | "VerdictJson" >> beam.Map(verdict_json),
+                 late_json, rejected_json_)
+                | "AllVerdicts" >> beam.Flatten())
+  _ = everything | "PublishVerdicts" >> beam.io.WriteToPubSub(
+      view.output_topic)
+
+
+def write_files(verdicts, late, rejected, output: str, window_ms: int):
+  """verdicts/, late/, rejected/ (JSON) and deduped/ (the kept records)
+  under ``output``, in files per event-time window."""
+  outputs = {
+      VERDICTS_DIR: verdicts | "TimedVerdicts" >> beam.Map(
+          lambda v: (v.event_ms, verdict_json(v))),
+      LATE_DIR: late | "TimedLate" >> beam.Map(
+          lambda v: (v.event_ms, verdict_json(v))),
+      REJECTED_DIR: rejected | "TimedRejected" >> beam.Map(
+          lambda r, ts=beam.DoFn.TimestampParam: (ts.micros // 1000,
+                                                  rejected_json(r))),
+      DEDUPED_DIR: (verdicts
+                    | "KeptFiles" >> beam.Filter(lambda v: v.verdict == "kept")
+                    | "KeptLines" >> beam.Map(
+                        lambda v: (v.event_ms, v.record))),
+  }
+  for name, lines in outputs.items():
+    _ = lines | f"Write_{name}" >> WriteWindowedLines(
+        os.path.join(output, name), window_ms)
 
 
 def read_pubsub(p, view):
@@ -249,35 +272,51 @@ def _file_records(metadata):
 
 
 class WriteWindowedLines(beam.PTransform):
-  """bytes lines → ``<folder>/part-<window>-<shard>.jsonl``, one set of
-  files per fixed event-time window of ``window_s`` seconds."""
+  """``(event_ms, bytes line)`` → ``<folder>/part-<window start>-<uid>.jsonl``:
+  each bundle writes one file per fixed event-time window of ``window_ms``
+  that its lines fall in (written under a temporary name, then renamed).
 
-  def __init__(self, folder: str, window_s: float, lateness_s: float):
+  Not Beam windows: a windowed file sink groups by window and drops what
+  arrives after the window closed, and verdicts decided by timers, or
+  documents older than a watched folder's processing-time watermark,
+  arrive that late (measured: their files were never finalised). This sink
+  never drops a line; a retried bundle can write its lines twice (ids tell
+  them apart)."""
+
+  def __init__(self, folder: str, window_ms: int):
     super().__init__()
     self._folder = folder
-    self._window_s = window_s
-    self._lateness_s = lateness_s
+    self._window_ms = window_ms
 
   def expand(self, lines):
-    return (lines
-            | "Window" >> beam.WindowInto(
-                FixedWindows(self._window_s),
-                allowed_lateness=self._lateness_s)
-            | "Decode" >> beam.Map(lambda b: b.decode("utf-8"))
-            | "Write" >> fileio.WriteToFiles(
-                self._folder, shards=1,
-                file_naming=fileio.default_file_naming("part", ".jsonl")))
+    return lines | "WriteBundles" >> beam.ParDo(
+        _WriteBundleFn(self._folder, self._window_ms))
 
 
-def _choose_local_runner(options: PipelineOptions) -> None:
-  """Prism (when installed) for file outputs, else the DirectRunner: both
-  run locally without downloading anything."""
-  prism = find_prism()
-  if options.view_as(DedupOptions).output and prism:
-    options.view_as(StandardOptions).runner = PRISM_RUNNER
-    options.view_as(PrismRunnerOptions).prism_location = prism
-  else:
-    options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+class _WriteBundleFn(beam.DoFn):
+
+  def __init__(self, folder: str, window_ms: int):
+    self._folder = folder
+    self._window_ms = window_ms
+
+  def start_bundle(self):
+    self._lines = {}
+
+  def process(self, element):
+    event_ms, line = element
+    start = event_ms - event_ms % self._window_ms
+    self._lines.setdefault(start, []).append(line)
+
+  def finish_bundle(self):
+    for start, lines in sorted(self._lines.items()):
+      stamp = Timestamp(micros=start * 1000).to_rfc3339().replace(":", "")
+      name = f"part-{stamp}-{uuid.uuid4().hex[:16]}.jsonl"
+      final = FileSystems.join(self._folder, name)
+      temp = FileSystems.join(self._folder, "." + name + ".tmp")
+      with FileSystems.create(temp) as f:
+        f.write(b"".join(line + b"\n" for line in lines))
+      FileSystems.rename([temp], [final])
+    self._lines = {}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -286,12 +325,13 @@ def main(argv: Optional[List[str]] = None) -> int:
   ``--no_wait_until_finish`` (templates), once the job is submitted."""
   argv = list(sys.argv[1:] if argv is None else argv)
   if "--help" in argv or "-h" in argv:
+    # pylint: disable=protected-access
     parser = argparse.ArgumentParser(
         prog="python -m pipeline --streaming",
         description="Online near-duplicate filtering (see README,"
         " Streaming); also takes Beam's runner options.")
-    DedupOptions._add_argparse_args(parser)  # pylint: disable=protected-access
-    StreamingOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    DedupOptions._add_argparse_args(parser)
+    StreamingOptions._add_argparse_args(parser)
     parser.print_help()
     return 0
   try:
@@ -302,7 +342,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0 if e.code is None else int(e.code)
   options.view_as(StandardOptions).streaming = True
   if options.view_as(StandardOptions).runner is None:
-    _choose_local_runner(options)
+    prism = find_prism()
+    if options.view_as(StreamingOptions).watch_interval > 0 and prism:
+      options.view_as(StandardOptions).runner = "PrismRunner"
+      options.view_as(PrismRunnerOptions).prism_location = prism
+    else:
+      options.view_as(StandardOptions).runner = DEFAULT_RUNNER
   try:
     config = stream_config(options)
     check_io(options)
