@@ -23,15 +23,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 
 # pylint: disable=wrong-import-position
 import apache_beam as beam
+import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.engines import find_prism, missing_prism_reason
 from tests.corpus import seed_corpus
-from tests.stream_harness import _Collect, make_test_stream, read_collected
+from tests.stream_harness import Collect, make_test_stream, read_collected
 from transforms.config import DedupConfig, StreamConfig
 from transforms.kernels import minhash, signature
 from transforms.stream.dedup import DeduplicateStream
-from transforms.stream.elements import ArrivalCoder, Member, MemberCoder
+from transforms.stream.elements import (Arrival, ArrivalCoder, Member,
+                                        MemberCoder)
 
 
 def state_bytes_per_kept(texts, config: DedupConfig, id_chars: int):
@@ -47,7 +49,6 @@ def state_bytes_per_kept(texts, config: DedupConfig, id_chars: int):
                                         ngram=config.ngram, seed=config.seed)
     shingle_counts = (offsets[1:] - offsets[:-1]).tolist()
   coder = MemberCoder()
-  import numpy as np  # pylint: disable=import-outside-toplevel
   reps = [len(coder.encode(Member("x" * id_chars, 0, sigs[i],
                                   np.zeros(shingle_counts[i], np.uint64))))
           for i in range(len(texts))]
@@ -57,8 +58,7 @@ def state_bytes_per_kept(texts, config: DedupConfig, id_chars: int):
   return {"representative_bytes": round(rep, 1),
           "bucket_bytes_per_kept_doc": round(config.bands * (rep + 8 + 9), 1),
           "arrival_bytes_example": len(ArrivalCoder().encode(
-              __import__("transforms.stream.elements", fromlist=["Arrival"])
-              .Arrival(0, config.bands, "signed", texts[0].encode(), 0)))}
+              Arrival(0, config.bands, "signed", texts[0].encode(), 0)))}
 
 
 def main():
@@ -94,7 +94,7 @@ def main():
   folder = tempfile.mkdtemp()
   p = beam.Pipeline(options=PipelineOptions(options + ["--streaming"]))
   out = p | make_test_stream(events) | DeduplicateStream(stream)
-  _ = out["verdicts"] | beam.ParDo(_Collect(folder, "verdicts"))
+  _ = out["verdicts"] | beam.ParDo(Collect(folder, "verdicts"))
   started = time.perf_counter()
   result = p.run()
   result.wait_until_finish()

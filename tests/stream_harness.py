@@ -100,7 +100,7 @@ def make_test_stream(events: Sequence[Tuple]) -> TestStream:
   return stream.advance_watermark_to_infinity()
 
 
-class _Collect(beam.DoFn):
+class Collect(beam.DoFn):
   """Writes each bundle's elements as JSON lines to its own file."""
 
   def __init__(self, folder: str, name: str):
@@ -144,7 +144,7 @@ def run_stream(transform: beam.PTransform, events, runner_options,
   p = beam.Pipeline(options=options)
   out = p | "Events" >> make_test_stream(events) | "Dedup" >> transform
   for name in ("verdicts", "late"):
-    _ = out[name] | f"Collect{name}" >> beam.ParDo(_Collect(folder, name))
+    _ = out[name] | f"Collect{name}" >> beam.ParDo(Collect(folder, name))
   result = p.run()
   result.wait_until_finish()
   counters = {}
