@@ -75,7 +75,7 @@ def run_arrival(members):
   return told
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(documents, st.randoms())
 def test_no_two_documents_drop_each_other_in_any_arrival_order(docs, rnd):
   members = variants(docs)
@@ -88,7 +88,7 @@ def test_no_two_documents_drop_each_other_in_any_arrival_order(docs, rnd):
       assert sk.precedes(by_id[of], by_id[doc_id])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(documents, st.randoms())
 def test_in_order_decisions_do_not_depend_on_arrival_order(docs, rnd):
   members = variants(docs)

@@ -4,6 +4,7 @@ reason where Prism is not installed). Never on the FnApiRunner, which fires
 event-time timers early and does not run TestStream."""
 
 import collections
+import os
 
 import pytest
 
@@ -13,6 +14,7 @@ from transforms import metrics
 from transforms.config import DedupConfig, StreamConfig
 from transforms.stream.dedup import DeduplicateStream
 
+FULL = os.environ.get("NEARDUP_FULL") == "1"
 DEDUP = DedupConfig(ngram=3, num_perm=64, bands=16, rows=4, threshold=0.5,
                     verify="signature")
 WINDOW_MS = 100_000
@@ -53,6 +55,14 @@ def runner(request, tmp_path_factory):
     yield Runner(PRISM, server.options())
   finally:
     server.stop()
+
+
+def full_only_on_prism(runner):
+  """Quick form: these scenarios run on Prism only with NEARDUP_FULL=1 (each
+  Prism run costs seconds; in-order, late, the race and the hot bucket
+  always run there)."""
+  if runner.counts and not FULL:
+    pytest.skip("quick form: NEARDUP_FULL=1 runs this scenario on Prism")
 
 
 def run(runner, events, tmp_path, mode="event_time", **overrides):
@@ -97,6 +107,7 @@ def test_in_order(runner, tmp_path, mode):
 
 def test_out_of_order_event_time_gives_the_in_order_verdicts(runner,
                                                                tmp_path):
+  full_only_on_prism(runner)
   result = run(runner, [("add", [("b", COPY, 2000)]),
                         ("add", [("a", BASE, 1000)]),
                         ("add", [("b2", COPY2, 1500)])], tmp_path)
@@ -106,6 +117,7 @@ def test_out_of_order_event_time_gives_the_in_order_verdicts(runner,
 
 def test_out_of_order_arrival_never_drops_the_earlier_document(runner,
                                                                tmp_path):
+  full_only_on_prism(runner)
   result = run(runner, [("add", [("b", COPY, 2000)]), ("wm", 1000),
                         ("add", [("a", BASE, 1000)])], tmp_path, "arrival")
   got = by_id(result)
@@ -131,6 +143,7 @@ def test_late_document_goes_to_late_with_its_reason(runner, tmp_path):
 @pytest.mark.parametrize("mode", ["arrival", "event_time"])
 def test_representative_past_the_window_no_longer_suppresses(runner,
                                                              tmp_path, mode):
+  full_only_on_prism(runner)
   after = 1000 + WINDOW_MS + LATENESS_MS + 10
   result = run(runner, [("add", [("a", BASE, 1000)]),
                         ("add", [("in", BASE, 1000 + WINDOW_MS)]),
@@ -160,6 +173,7 @@ def test_equal_timestamps_race(runner, tmp_path, first):
 
 @pytest.mark.parametrize("mode", ["arrival", "event_time"])
 def test_redelivery_gets_exactly_one_verdict(runner, tmp_path, mode):
+  full_only_on_prism(runner)
   result = run(runner, [("add", [("a", BASE, 1000), ("b", COPY, 2000)]),
                         ("wm", 1500),
                         ("add", [("b", COPY, 2000), ("a", BASE, 1000)]),

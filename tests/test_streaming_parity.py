@@ -8,6 +8,7 @@ import os
 
 import apache_beam as beam
 import numpy as np
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from pipeline.cli import main
@@ -18,6 +19,7 @@ from transforms.config import DedupConfig, StreamConfig
 from transforms.kernels import lsh as lsh_kernels
 from transforms.stream.dedup import DeduplicateStream, Sign
 
+FULL = os.environ.get("NEARDUP_FULL") == "1"
 SEED_ARGS = ["--ngram", "3", "--num_perm", "128", "--bands", "32", "--rows",
              "4", "--threshold", "0.4", "--verify", "signature", "--keep",
              "first"]
@@ -75,8 +77,10 @@ def test_stream_signs_exactly_as_batch(tmp_path):
     assert stream[doc_id][3] == 1000 + doc_id  # its own event time
 
 
+@pytest.mark.slow
 def test_event_time_verdicts_equal_batch_removed_set_on_cliques(tmp_path):
-  texts, truth = seed_corpus(n_base=150, seed=11)
+  """Quick form: 60 base documents (~80 with copies); full: 150."""
+  texts, truth = seed_corpus(n_base=150 if FULL else 60, seed=11)
   path = tmp_path / "corpus.jsonl"
   write_jsonl(path, texts, ids=list(range(len(texts))))
   out = str(tmp_path / "batch")
