@@ -36,6 +36,10 @@ _OUTPUTS = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE, REPORT_JSON,
 def main(argv: Optional[List[str]] = None) -> int:
   """Runs the job; returns the process exit code (0 ok, 2 bad arguments)."""
   argv = list(sys.argv[1:] if argv is None else argv)
+  beam_args = [a for a in argv if a not in ("-h", "--help")]
+  if PipelineOptions(beam_args).view_as(StandardOptions).streaming:
+    from pipeline import streaming  # pylint: disable=import-outside-toplevel
+    return streaming.main(argv)
   try:
     # The job's parser, not PipelineOptions': Beam's base parser knows none of
     # the job's flags, so its --help listed nothing.

@@ -71,7 +71,8 @@ def _with_output(argv: List[str], output: str) -> List[str]:
 
 # The test running now (set by an autouse fixture in conftest.py).
 current_test: Optional[pytest.Item] = None
-# Calls that choose their own runner (or its mode) run once, unchanged.
+# Calls that choose their own runner (or its mode) run once, unchanged, and so
+# do streaming jobs (tests/test_streaming*.py pick their runners themselves).
 _RUNNER_FLAGS = ("--runner", "--direct_running_mode", "--direct_num_workers")
 
 
@@ -91,8 +92,8 @@ def cross_checked(main: Callable[[Optional[List[str]]], int],
   def run_on_both(argv: Optional[List[str]] = None) -> int:
     argv = list(argv or [])
     output = _flag_value(argv, "--output")
-    if output is None or any(_flag_value(argv, f) is not None
-                             for f in _RUNNER_FLAGS):
+    if (output is None or "--streaming" in argv
+        or any(_flag_value(argv, f) is not None for f in _RUNNER_FLAGS)):
       return main(argv)
     if current_test is not None and not current_test.get_closest_marker(
         "e2e"):

@@ -14,6 +14,7 @@ import re
 import pytest
 
 from pipeline import options as batch_options
+from pipeline import streaming
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,6 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATES = {
     "templates/dataflow": (batch_options.DedupOptions,
                            getattr(batch_options, "REQUIRED_OPTIONS", ())),
+    "templates/dataflow-streaming": (streaming.TemplateOptions,
+                                     streaming.TEMPLATE_REQUIRED),
 }
 
 # google.dataflow.v1beta3.ParameterType values.

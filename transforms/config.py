@@ -156,3 +156,83 @@ def _is_int(value) -> bool:
 def _check(condition: bool, message: str) -> None:
   if not condition:
     raise ConfigError(message)
+
+
+STREAM_MODES = ("arrival", "event_time")
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000,
+                      "d": 86_400_000}
+
+
+def parse_duration_ms(text) -> int:
+  """Milliseconds of a duration such as ``500ms``, ``10s``, ``15m``, ``2h``
+  or ``7d`` (a bare number is seconds); raises :class:`ConfigError`."""
+  value = str(text).strip().lower()
+  for unit in sorted(_DURATION_UNITS_MS, key=len, reverse=True):
+    if value.endswith(unit):
+      number, scale = value[:-len(unit)], _DURATION_UNITS_MS[unit]
+      break
+  else:
+    number, scale = value, 1000
+  try:
+    amount = float(number)
+  except ValueError:
+    amount = -1.0
+  if not amount >= 0 or amount * scale >= 2**62:
+    raise ConfigError(f"duration {text!r}: use a non-negative number with a"
+                      " unit ms, s, m, h or d, e.g. 10s or 7d.")
+  return int(round(amount * scale))
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamConfig:
+  """Parameters of the streaming path, around the shared :class:`DedupConfig`
+  (same kernels, seed, bands and threshold as batch), validated on
+  construction. Durations are in milliseconds of event time.
+
+  * ``mode``: ``arrival`` decides each band entry when it reaches its bucket;
+    ``event_time`` holds entries of buckets without a valid representative
+    until the watermark passes ``event time + settle_ms`` and decides them in
+    (event time, id) order, so reorderings within ``settle_ms`` and replays
+    give the same verdicts.
+  * ``dedup_window_ms``: a representative suppresses documents whose event
+    time is at most this much after its own.
+  * ``allowed_lateness_ms``: how far behind the watermark a document may be
+    and still be judged against complete state; representatives are held
+    until the watermark passes their event time + window + this. Documents
+    found later than this go to the ``late`` output.
+  * ``max_pending``: most entries one bucket buffers in ``event_time`` mode
+    before it decides them at once (bounded state for hot buckets).
+  """
+
+  dedup: DedupConfig
+  mode: str = "event_time"
+  settle_ms: int = 10_000
+  dedup_window_ms: int = 7 * 86_400_000
+  allowed_lateness_ms: int = 3_600_000
+  max_pending: int = 10_000
+
+  def __post_init__(self):
+    _check(isinstance(self.dedup, DedupConfig),
+           "dedup must be a DedupConfig.")
+    _check(self.mode in STREAM_MODES,
+           f"mode={self.mode!r}: use one of {STREAM_MODES} (--mode).")
+    for name in ("settle_ms", "dedup_window_ms", "allowed_lateness_ms"):
+      value = getattr(self, name)
+      _check(_is_int(value) and 0 <= value < 2**62,
+             f"{name}={value!r}: use a non-negative integer of milliseconds.")
+    _check(self.dedup_window_ms > 0,
+           "dedup_window_ms=0: a representative would suppress nothing; use"
+           " e.g. --dedup_window 7d.")
+    _check(self.allowed_lateness_ms > self.settle_ms,
+           f"allowed_lateness={self.allowed_lateness_ms} ms must exceed"
+           f" settle={self.settle_ms} ms: a document is only decided after"
+           " the watermark passes its event time + settle, so raise"
+           " --allowed_lateness or lower --settle.")
+    _check(_is_int(self.max_pending) and self.max_pending >= 1,
+           f"max_pending={self.max_pending!r}: use an integer >= 1"
+           " (--max_pending).")
+
+  @property
+  def retention_ms(self) -> int:
+    """How long after its event time a representative's state is held."""
+    return self.dedup_window_ms + self.allowed_lateness_ms

@@ -263,6 +263,17 @@ class _ReadFileFn(beam.DoFn):
           row += 1
 
 
+def parse_record(line: bytes, input_format: str, source: str, row: int,
+                 text_field: str = "text", id_field: str = "id"):
+  """One JSONL or text line as the :class:`Document` (``doc_id`` 0) or
+  :class:`Rejected` that :class:`ReadDocuments` makes of it; the streaming
+  path parses its messages with the same rules and reasons."""
+  if input_format == "jsonl":
+    parser = _ReadFileFn(text_field, id_field)
+    return parser._parse_json_line(0, source, row, line)
+  return _text_document(0, source, row, line)
+
+
 def iter_lines(path: str) -> Iterable[Tuple[int, bytes]]:
   """``(row, line)`` for every line of a (possibly compressed) file, without
   the line ending; the row numbering every reader of a file shares."""

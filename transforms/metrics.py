@@ -177,3 +177,22 @@ def reset_progress() -> None:
   """Forgets the running totals, so a new run in this process starts at 0."""
   with _progress_lock:
     _progress.clear()
+
+
+# Streaming path (transforms.stream). Counters unless marked.
+STREAM_DOCS_IN = "stream_docs_in"
+STREAM_KEPT = "stream_kept"
+STREAM_DUPLICATES = "stream_duplicates"
+STREAM_LATE = "stream_late"
+STREAM_REJECTED = "stream_rejected"
+STREAM_REDELIVERED = "stream_redelivered"
+# Buckets holding a representative now (+1 on gain, -1 on expiry) and the
+# encoded bytes of those representatives' state.
+STREAM_LIVE_REPS = "stream_live_representatives"
+STREAM_REP_STATE_BYTES = "stream_rep_state_bytes"
+# Entries buffered in event_time mode now, and the times a bucket reached
+# max_pending and decided early.
+STREAM_PENDING = "stream_pending_entries"
+STREAM_EARLY_SETTLES = "stream_early_settles"
+# Distribution: milliseconds from Sign to the document's verdict.
+STREAM_VERDICT_LATENCY = "stream_verdict_latency_ms"

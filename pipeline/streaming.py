@@ -1,0 +1,364 @@
+"""The streaming job: ``python -m pipeline --streaming ...``.
+
+Reads a Pub/Sub subscription (``--input_subscription``) or files
+(``--input``, read once, or watched with ``--watch_interval``), decides each
+document online with :class:`~transforms.stream.dedup.DeduplicateStream`,
+and writes verdicts to a Pub/Sub topic (``--output_topic``) or windowed files
+(``--output``). Every DedupConfig flag of the batch job applies unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from typing import List, Optional
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import (PipelineOptions,
+                                                  PrismRunnerOptions,
+                                                  StandardOptions)
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
+
+from pipeline.engines import INSTALL_PRISM, find_prism
+from pipeline.options import DedupOptions, config_from_options
+from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
+                               StreamConfig, parse_duration_ms)
+from transforms.documents import detect_format, iter_lines
+from transforms.stream.dedup import DeduplicateStream
+from transforms.stream.messages import (REJECTED, ParseRecords, RawRecord,
+                                        rejected_json, verdict_json)
+
+# Local runs: the one local runner that runs Pub/Sub I/O natively and holds
+# real watermarks without anything installed (never the FnApiRunner, which
+# fires event-time timers early and busy-polls a watched folder).
+DEFAULT_RUNNER = "BundleBasedDirectRunner"
+PUBLISH = ("verdicts", "kept")
+# Output folders under --output.
+VERDICTS_DIR, DEDUPED_DIR, LATE_DIR, REJECTED_DIR = (
+    "verdicts", "deduped", "late", "rejected")
+_DEFAULTS = StreamConfig(DedupConfig(bands=1, rows=1))
+
+
+class StreamingOptions(PipelineOptions):
+  """Options of the streaming job, next to :class:`DedupOptions`."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    io = parser.add_argument_group("streaming input and output")
+    io.add_argument("--input_subscription",
+                    help="Pub/Sub subscription to read, projects/P/"
+                    "subscriptions/S; JSON messages with the text and id"
+                    " fields (instead of --input).")
+    io.add_argument("--timestamp_attribute",
+                    help="Pub/Sub message attribute holding the event time"
+                    " (epoch ms or RFC 3339); default: the publish time.")
+    io.add_argument("--id_label",
+                    help="Pub/Sub attribute with a unique message id that"
+                    " Dataflow uses to drop redeliveries (not supported by"
+                    " the local runners; verdicts are one per document"
+                    " anyway).")
+    io.add_argument("--event_time_field",
+                    help="JSON field with the event time (epoch seconds or"
+                    " RFC 3339); overrides the source's timestamps.")
+    io.add_argument("--output_topic",
+                    help="Pub/Sub topic to publish to, projects/P/topics/T"
+                    " (instead of --output).")
+    io.add_argument("--publish", default="verdicts", choices=PUBLISH,
+                    help="verdicts: one JSON verdict per document (kept,"
+                    " duplicate, late, rejected); kept: the kept documents'"
+                    " original messages (late and rejected ones then go to"
+                    " --dead_letter_topic).")
+    io.add_argument("--dead_letter_topic",
+                    help="Pub/Sub topic for late and rejected records' JSON"
+                    " verdicts; required with --publish kept.")
+    io.add_argument("--watch_interval", type=float, default=0.0,
+                    help="Seconds between polls of --input for new files; 0"
+                    " reads the matching files once and finishes.")
+    io.add_argument("--watch_stop_after", default="1h",
+                    help="Stop watching --input this long after the start"
+                    " (e.g. 30m); the job then finishes once every document"
+                    " seen has its verdict.")
+    io.add_argument("--output_window", default="60s",
+                    help="Event-time window of the files written under"
+                    " --output (one set of files per window).")
+
+    dedup = parser.add_argument_group("online near-duplicate filtering")
+    dedup.add_argument("--mode", default=_DEFAULTS.mode, choices=STREAM_MODES,
+                       help="arrival: decide each document at once (lowest"
+                       " latency, depends on arrival order); event_time:"
+                       " wait until the watermark passes event time +"
+                       " --settle, then decide in (event time, id) order.")
+    dedup.add_argument("--settle", default="10s",
+                       help="event_time mode: how long after a document's"
+                       " event time its undecided buckets wait.")
+    dedup.add_argument("--dedup_window", default="7d",
+                       help="A kept document suppresses near-copies whose"
+                       " event time is at most this much later.")
+    dedup.add_argument("--allowed_lateness", default="1h",
+                       help="Documents further behind the watermark go to"
+                       " the late output; state is held for window + this.")
+    dedup.add_argument("--max_pending", type=int,
+                       default=_DEFAULTS.max_pending,
+                       help="Most entries one bucket buffers in event_time"
+                       " mode before deciding them at once.")
+
+
+_FILE_ONLY = ("input", "output", "input_format", "overwrite",
+              "watch_interval", "watch_stop_after", "output_window")
+TEMPLATE_REQUIRED = ("input_subscription", "output_topic")
+
+
+class TemplateOptions:
+  """The parameters of the Dataflow streaming Flex Template: every option of
+  the streaming job except the file-only ones (not a PipelineOptions class,
+  so it registers nothing)."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    # pylint: disable=protected-access
+    scratch = argparse.ArgumentParser(add_help=False)
+    DedupOptions._add_argparse_args(scratch)
+    StreamingOptions._add_argparse_args(scratch)
+    for action in scratch._actions:
+      if action.dest not in _FILE_ONLY:
+        parser._add_action(action)
+
+
+def stream_config(options: PipelineOptions) -> StreamConfig:
+  """The validated StreamConfig of these options (raises ConfigError)."""
+  view = options.view_as(StreamingOptions)
+  return StreamConfig(
+      config_from_options(options), mode=view.mode,
+      settle_ms=parse_duration_ms(view.settle),
+      dedup_window_ms=parse_duration_ms(view.dedup_window),
+      allowed_lateness_ms=parse_duration_ms(view.allowed_lateness),
+      max_pending=view.max_pending)
+
+
+def check_io(options: PipelineOptions) -> None:
+  """Raises ValueError naming the flags when the sources or sinks given do
+  not make one job."""
+  files, view = options.view_as(DedupOptions), options.view_as(
+      StreamingOptions)
+  if bool(files.input) == bool(view.input_subscription):
+    raise ValueError("give exactly one of --input (files) and"
+                     " --input_subscription (Pub/Sub).")
+  if bool(files.output) == bool(view.output_topic):
+    raise ValueError("give exactly one of --output (folder) and"
+                     " --output_topic (Pub/Sub).")
+  if view.publish == "kept" and view.output_topic and not (
+      view.dead_letter_topic):
+    raise ValueError("--publish kept needs --dead_letter_topic for the late"
+                     " and rejected records (they are never dropped).")
+  if files.input and "," in files.input:
+    raise ValueError("--input takes one file pattern in streaming mode.")
+  if files.input and files.input_format == "parquet":
+    raise ValueError("streaming reads JSONL or text lines; convert Parquet"
+                     " inputs or use the batch job.")
+  runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
+  if view.watch_interval > 0 and runner.endswith("DirectRunner"):
+    raise ValueError(
+        "--watch_interval needs a runner with splittable DoFns"
+        " (MatchContinuously): --runner PrismRunner (the default when"
+        f" {INSTALL_PRISM} has built it), Flink or Dataflow; the"
+        " BundleBasedDirectRunner cannot run it.")
+  if view.watch_interval < 0:
+    raise ValueError("--watch_interval must be >= 0 seconds.")
+  parse_duration_ms(view.watch_stop_after)
+  if parse_duration_ms(view.output_window) <= 0:
+    raise ValueError("--output_window must be positive, e.g. 60s.")
+
+
+def build(p: beam.Pipeline, options: PipelineOptions, config: StreamConfig):
+  """Adds the whole streaming job to ``p``."""
+  files, view = options.view_as(DedupOptions), options.view_as(
+      StreamingOptions)
+  if view.input_subscription:
+    records = read_pubsub(p, view)
+    input_format = "jsonl"
+  else:
+    input_format = detect_format(files.input, files.input_format)
+    records = read_files(p, files.input, view)
+  parsed = records | "ParseRecords" >> ParseRecords(
+      input_format, files.text_field, files.id_field, view.event_time_field)
+  out = parsed.documents | "DeduplicateStream" >> DeduplicateStream(config)
+  if view.output_topic:
+    publish(out["verdicts"], out["late"], parsed[REJECTED], view)
+  else:
+    write_files(out["verdicts"], out["late"], parsed[REJECTED], files.output,
+                parse_duration_ms(view.output_window))
+
+
+def publish(verdicts, late, rejected, view):
+  """JSON verdicts (or the kept records) to the Pub/Sub topics."""
+  late_json = late | "LateJson" >> beam.Map(verdict_json)
+  rejected_json_ = rejected | "RejectedJson" >> beam.Map(rejected_json)
+  if view.publish == "kept":
+    kept = (verdicts
+            | "KeptOnly" >> beam.Filter(lambda v: v.verdict == "kept")
+            | "KeptRecords" >> beam.Map(lambda v: v.record))
+    _ = kept | "PublishKept" >> beam.io.WriteToPubSub(view.output_topic)
+    dead = (late_json, rejected_json_) | "DeadLetters" >> beam.Flatten()
+    _ = dead | "PublishDeadLetters" >> beam.io.WriteToPubSub(
+        view.dead_letter_topic)
+    return
+  everything = ((verdicts | "VerdictJson" >> beam.Map(verdict_json),
+                 late_json, rejected_json_)
+                | "AllVerdicts" >> beam.Flatten())
+  _ = everything | "PublishVerdicts" >> beam.io.WriteToPubSub(
+      view.output_topic)
+
+
+def write_files(verdicts, late, rejected, output: str, window_ms: int):
+  """verdicts/, late/, rejected/ (JSON) and deduped/ (the kept records)
+  under ``output``, in files per event-time window."""
+  outputs = {
+      VERDICTS_DIR: verdicts | "TimedVerdicts" >> beam.Map(
+          lambda v: (v.event_ms, verdict_json(v))),
+      LATE_DIR: late | "TimedLate" >> beam.Map(
+          lambda v: (v.event_ms, verdict_json(v))),
+      REJECTED_DIR: rejected | "TimedRejected" >> beam.Map(
+          lambda r, ts=beam.DoFn.TimestampParam: (ts.micros // 1000,
+                                                  rejected_json(r))),
+      DEDUPED_DIR: (verdicts
+                    | "KeptFiles" >> beam.Filter(lambda v: v.verdict == "kept")
+                    | "KeptLines" >> beam.Map(
+                        lambda v: (v.event_ms, v.record))),
+  }
+  for name, lines in outputs.items():
+    _ = lines | f"Write_{name}" >> WriteWindowedLines(
+        os.path.join(output, name), window_ms)
+
+
+def read_pubsub(p, view):
+  messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
+      subscription=view.input_subscription, with_attributes=True,
+      timestamp_attribute=view.timestamp_attribute, id_label=view.id_label)
+  source = view.input_subscription
+  return messages | "MessageRecords" >> beam.Map(
+      lambda m: RawRecord(source, 0, f"pubsub:{m.message_id}", m.data)
+  ).with_output_types(RawRecord)
+
+
+def read_files(p, pattern: str, view):
+  """Lines of the matching files, stamped with their file's modification
+  time; watched for new files when ``--watch_interval`` > 0 (until
+  ``--watch_stop_after``)."""
+  if view.watch_interval > 0:
+    stop = Timestamp.of(time.time() + parse_duration_ms(
+        view.watch_stop_after) / 1000)
+    matches = p | "WatchFiles" >> fileio.MatchContinuously(
+        pattern, interval=view.watch_interval, stop_timestamp=stop)
+  else:
+    matches = p | "MatchFiles" >> fileio.MatchFiles(pattern)
+  return matches | "ReadLines" >> beam.FlatMap(_file_records).with_output_types(
+      RawRecord)
+
+
+def _file_records(metadata):
+  """Every line of a file as a :class:`RawRecord`; ids ``path:row`` with the
+  row zero-padded, so id order is row order."""
+  stamp = Timestamp.of(metadata.last_updated_in_seconds)
+  for row, line in iter_lines(metadata.path):
+    yield TimestampedValue(
+        RawRecord(metadata.path, row, f"{metadata.path}:{row + 1:012d}",
+                  line), stamp)
+
+
+class WriteWindowedLines(beam.PTransform):
+  """``(event_ms, bytes line)`` → ``<folder>/part-<window start>-<uid>.jsonl``:
+  each bundle writes one file per fixed event-time window of ``window_ms``
+  that its lines fall in (written under a temporary name, then renamed).
+
+  Not Beam windows: a windowed file sink groups by window and drops what
+  arrives after the window closed, and verdicts decided by timers, or
+  documents older than a watched folder's processing-time watermark,
+  arrive that late (measured: their files were never finalised). This sink
+  never drops a line; a retried bundle can write its lines twice (ids tell
+  them apart)."""
+
+  def __init__(self, folder: str, window_ms: int):
+    super().__init__()
+    self._folder = folder
+    self._window_ms = window_ms
+
+  def expand(self, lines):
+    return lines | "WriteBundles" >> beam.ParDo(
+        _WriteBundleFn(self._folder, self._window_ms))
+
+
+class _WriteBundleFn(beam.DoFn):
+
+  def __init__(self, folder: str, window_ms: int):
+    self._folder = folder
+    self._window_ms = window_ms
+
+  def start_bundle(self):
+    self._lines = {}
+
+  def process(self, element):
+    event_ms, line = element
+    start = event_ms - event_ms % self._window_ms
+    self._lines.setdefault(start, []).append(line)
+
+  def finish_bundle(self):
+    for start, lines in sorted(self._lines.items()):
+      stamp = Timestamp(micros=start * 1000).to_rfc3339().replace(":", "")
+      name = f"part-{stamp}-{uuid.uuid4().hex[:16]}.jsonl"
+      final = FileSystems.join(self._folder, name)
+      temp = FileSystems.join(self._folder, "." + name + ".tmp")
+      with FileSystems.create(temp) as f:
+        f.write(b"".join(line + b"\n" for line in lines))
+      FileSystems.rename([temp], [final])
+    self._lines = {}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  """Runs the streaming job; returns the exit code (0 ok, 2 bad arguments).
+  Returns when the input is exhausted (files), the watch stops, or, with
+  ``--no_wait_until_finish`` (templates), once the job is submitted."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if "--help" in argv or "-h" in argv:
+    # pylint: disable=protected-access
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline --streaming",
+        description="Online near-duplicate filtering (see README,"
+        " Streaming); also takes Beam's runner options.")
+    DedupOptions._add_argparse_args(parser)
+    StreamingOptions._add_argparse_args(parser)
+    parser.print_help()
+    return 0
+  try:
+    options = PipelineOptions(argv)
+    options.view_as(StreamingOptions)
+    options.view_as(DedupOptions)
+  except SystemExit as e:
+    return 0 if e.code is None else int(e.code)
+  options.view_as(StandardOptions).streaming = True
+  if options.view_as(StandardOptions).runner is None:
+    prism = find_prism()
+    if options.view_as(StreamingOptions).watch_interval > 0 and prism:
+      options.view_as(StandardOptions).runner = "PrismRunner"
+      options.view_as(PrismRunnerOptions).prism_location = prism
+    else:
+      options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+  try:
+    config = stream_config(options)
+    check_io(options)
+    files = options.view_as(DedupOptions)
+    if files.input and not FileSystems.match([files.input])[0].metadata_list \
+        and not options.view_as(StreamingOptions).watch_interval:
+      raise ValueError(f"No input files match {files.input!r}; check"
+                       " --input.")
+  except (ConfigError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  with beam.Pipeline(options=options) as p:
+    build(p, options, config)
+  return 0
