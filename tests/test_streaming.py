@@ -42,7 +42,8 @@ class Runner(list):
     self.counts = name == PRISM
 
 
-@pytest.fixture(scope="module", params=[DIRECT, PRISM])
+@pytest.fixture(scope="module",
+                params=[DIRECT, pytest.param(PRISM, marks=pytest.mark.engine)])
 def runner(request, tmp_path_factory):
   """Runner options; Prism runs as a job server this fixture stops."""
   if request.param == DIRECT:

@@ -103,6 +103,7 @@ def test_files_to_windowed_verdict_files(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.engine
 def test_watched_folder_stops_after_watch_stop_after_on_prism(tmp_path):
   """New files are picked up while watching; the job ends on its own once
   --watch_stop_after has passed and every document has its verdict."""
