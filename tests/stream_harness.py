@@ -7,9 +7,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import socket
-import subprocess
-import time
 import uuid
 from typing import Dict, List, Sequence, Tuple
 
@@ -20,62 +17,26 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.engines import find_prism
+from tests.services import Service, free_port
 from transforms.stream.elements import StreamDocument
 
 DIRECT = "direct"
 PRISM = "prism"
 START_TIMEOUT_S = 60
-STOP_TIMEOUT_S = 10
 
 
-def free_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-class PrismServer:
-  """Prism as a job server in its own process group, logging to a file."""
+class PrismServer(Service):
+  """Prism as a job server (its own process group, logging to a file)."""
 
   def __init__(self, log_dir: str):
-    self.port = free_port()
-    self.log_path = os.path.join(log_dir, "prism.log")
-    with open(self.log_path, "wb") as log:
-      self.proc = subprocess.Popen(
-          [find_prism(), "--job_port", str(self.port), "--serve_http=false"],
-          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-          start_new_session=True)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-      if self.proc.poll() is not None:
-        raise RuntimeError(f"prism exited with {self.proc.returncode}: "
-                           f"{self.log_tail()}")
-      try:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-          return
-      except OSError:
-        if time.monotonic() > deadline:
-          self.stop()
-          raise TimeoutError(f"prism not listening: {self.log_tail()}")
-        time.sleep(0.2)
-
-  def log_tail(self, chars: int = 3000) -> str:
-    with open(self.log_path, encoding="utf-8", errors="replace") as f:
-      return f.read()[-chars:]
+    port = free_port()
+    super().__init__("prism", [find_prism(), "--job_port", str(port),
+                               "--serve_http=false"], port, log_dir)
+    self.wait_listening(START_TIMEOUT_S)
 
   def options(self) -> List[str]:
     return ["--runner", "PortableRunner", "--job_endpoint",
             f"localhost:{self.port}", "--environment_type", "LOOPBACK"]
-
-  def stop(self) -> None:
-    try:
-      os.killpg(self.proc.pid, 15)
-      self.proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-      os.killpg(self.proc.pid, 9)
-      self.proc.wait(timeout=STOP_TIMEOUT_S)
-    except ProcessLookupError:
-      pass
 
 
 def doc(doc_id: str, text: str, ts_ms: int) -> TimestampedValue:

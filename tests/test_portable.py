@@ -8,16 +8,14 @@ with an EXTERNAL worker pool. The last is the same submission path as Flink
 """
 
 import os
-import socket
-import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from pipeline.cli import main
 from tests.corpus import seed_corpus, stats_of, tree_bytes, write_jsonl
+from tests.services import Service, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -26,13 +24,6 @@ SEED_ARGS = ["--ngram", "3", "--bands", "32", "--rows", "4", "--threshold",
              "0.4"]
 START_TIMEOUT_S = 60
 JOB_TIMEOUT_S = 120
-STOP_TIMEOUT_S = 10
-
-
-def free_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def worker_env() -> dict:
@@ -43,57 +34,6 @@ def worker_env() -> dict:
   env["PYTHONPATH"] = os.pathsep.join(
       p for p in (ROOT, env.get("PYTHONPATH")) if p)
   return env
-
-
-class Service:
-  """A Beam service subprocess in its own process group, logging to a file."""
-
-  def __init__(self, name, args, port, log_dir):
-    self.name = name
-    self.port = port
-    self.log_path = os.path.join(log_dir, f"{name}.log")
-    with open(self.log_path, "wb") as log:
-      self.proc = subprocess.Popen(
-          [sys.executable, "-m", *args], cwd=ROOT, env=worker_env(),
-          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-          start_new_session=True)
-
-  def log_tail(self, chars=3000) -> str:
-    """The last ``chars`` characters of the service's log."""
-    with open(self.log_path, encoding="utf-8", errors="replace") as f:
-      return f"--- {self.name} log ---\n" + f.read()[-chars:]
-
-  def wait_listening(self, timeout_s) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-      if self.proc.poll() is not None:
-        raise RuntimeError(f"{self.name} exited with {self.proc.returncode}"
-                           f"\n{self.log_tail()}")
-      try:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-          return
-      except OSError:
-        time.sleep(0.2)
-    raise TimeoutError(f"{self.name} not listening on port {self.port} after"
-                       f" {timeout_s}s\n{self.log_tail()}")
-
-  def stop(self) -> None:
-    """Terminates the service and the SDK workers it started (its group)."""
-    if self.proc.poll() is None:
-      try:
-        os.killpg(self.proc.pid, 15)
-        self.proc.wait(timeout=STOP_TIMEOUT_S)
-      except subprocess.TimeoutExpired:
-        os.killpg(self.proc.pid, 9)
-        self.proc.wait(timeout=STOP_TIMEOUT_S)
-      except ProcessLookupError:
-        pass
-    else:
-      # The group may outlive its leader (a worker it spawned).
-      try:
-        os.killpg(self.proc.pid, 9)
-      except (ProcessLookupError, PermissionError):
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +98,15 @@ def portable_services(tmp_path_factory):
   try:
     services.append(Service(
         "job_service",
-        ["apache_beam.runners.portability.local_job_service_main",
-         "--port", str(job_port)], job_port, log_dir))
+        [sys.executable, "-m",
+         "apache_beam.runners.portability.local_job_service_main",
+         "--port", str(job_port)], job_port, log_dir, env=worker_env(),
+        cwd=ROOT))
     services.append(Service(
         "worker_pool",
-        ["apache_beam.runners.worker.worker_pool_main",
-         "--service_port", str(pool_port)], pool_port, log_dir))
+        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+         "--service_port", str(pool_port)], pool_port, log_dir,
+        env=worker_env(), cwd=ROOT))
     for service in services:
       service.wait_listening(START_TIMEOUT_S)
     yield services

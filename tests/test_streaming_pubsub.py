@@ -12,18 +12,16 @@ the emulator, Java or the client library is missing.
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 
 import pytest
 
-from tests.stream_harness import free_port
+from tests.services import Service, free_port
 
 PROJECT = "neardup-test"
 START_TIMEOUT_S = 90
 RESULT_TIMEOUT_S = 120
-STOP_TIMEOUT_S = 10
 WORDS = [f"w{i}" for i in range(60)]
 BASE = " ".join(WORDS)
 COPY = " ".join(WORDS[:57] + ["x1", "x2", "x3"])
@@ -57,38 +55,19 @@ def fixture_emulator(tmp_path_factory):
   command = emulator_command(port)
   if isinstance(command, str):
     pytest.skip(command)
-  log_path = tmp_path_factory.mktemp("pubsub") / "emulator.log"
-  with open(log_path, "wb") as log:
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+  emulator = Service("pubsub-emulator", command, port,
+                     str(tmp_path_factory.mktemp("pubsub")))
+  previous = os.environ.get("PUBSUB_EMULATOR_HOST")
   try:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-      assert proc.poll() is None, log_path.read_text()[-3000:]
-      try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-          break
-      except OSError:
-        assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-        time.sleep(0.5)
-    host = f"127.0.0.1:{port}"
-    previous = os.environ.get("PUBSUB_EMULATOR_HOST")
-    os.environ["PUBSUB_EMULATOR_HOST"] = host
-    yield host
+    emulator.wait_listening(START_TIMEOUT_S)
+    os.environ["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{port}"
+    yield os.environ["PUBSUB_EMULATOR_HOST"]
   finally:
-    if "host" in locals():
-      if previous is None:
-        os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-      else:
-        os.environ["PUBSUB_EMULATOR_HOST"] = previous
-    try:
-      os.killpg(proc.pid, 15)
-      proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-      os.killpg(proc.pid, 9)
-      proc.wait(timeout=STOP_TIMEOUT_S)
-    except ProcessLookupError:
-      pass
+    if previous is None:
+      os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+    else:
+      os.environ["PUBSUB_EMULATOR_HOST"] = previous
+    emulator.stop()
 
 
 def make_topic(publisher, subscriber, name):
