@@ -71,7 +71,7 @@ def finalize_output(report: dict, staging: str, output: str, names,
       _remove(join(output, name))
     _write_bytes(committing, b"")
   moved = {}
-  for path, size in staged.items():
+  for path, size in sorted(staged.items()):
     relative = path[len(staging):].lstrip("/")
     if relative == _COMMITTING:
       continue
@@ -95,7 +95,9 @@ def finalize_output(report: dict, staging: str, output: str, names,
   _write_bytes(marker + ".tmp", json.dumps(
       success, indent=2, sort_keys=True).encode("utf-8") + b"\n")
   FileSystems.rename([marker + ".tmp"], [marker])
-  remove_staging(staging)
+  # Also what killed runs left there, as Hadoop's job commit does: one run
+  # at a time writes to an output folder.
+  _remove(join(output, STAGING_DIR))
   return success
 
 
