@@ -159,8 +159,9 @@ def unknown_flags(argv: Sequence[str]) -> List[str]:
     beam_log.setLevel(level)
   parser = parsers[0]
   _, unknown = parser.parse_known_args(list(argv))
-  known = sorted({flag for action in parser._actions  # pylint: disable=protected-access
-                  for flag in action.option_strings if flag.startswith("--")})
+  actions = parser._actions  # pylint: disable=protected-access
+  known = sorted({flag for action in actions for flag in action.option_strings
+                  if flag.startswith("--")})
   runner = str(options.view_as(StandardOptions).runner or "")
   lenient = runner.rsplit(".", 1)[-1] in PASS_THROUGH_RUNNERS
   problems, after_flag = [], False

@@ -30,6 +30,9 @@ SAMPLE_LINES = 100
 _SAMPLE_BYTES = 1 << 20
 _PARALLEL_FILES = 16
 _PARQUET_MAGIC = b"PAR1"
+# The extension to suggest for data of each codec.
+_SUFFIX = {"gzip": "gz", "bzip2": "bz2", "zstd": "zst", "lzma": "xz",
+           "deflate": "deflate"}
 
 
 def check_inputs(patterns: Sequence[str], input_format: str,
@@ -142,9 +145,6 @@ def _codec_mismatch(path: str, codec, found, head: bytes) -> str:
   return (f"{path}: is named as {codec} but holds {what}; recompress it or "
           "fix its extension")
 
-
-_SUFFIX = {"gzip": "gz", "bzip2": "bz2", "zstd": "zst", "lzma": "xz",
-           "deflate": "deflate"}
 
 
 def _check_parquet(source: InputFile, codec, text_field: str) -> List[str]:

@@ -8,6 +8,7 @@
   loudly (exit 1, the cause on the last line, no ``_SUCCESS``), and a rerun
   gives the clean run's bytes.
 """
+# pylint: disable=protected-access
 
 import os
 import signal
@@ -52,7 +53,7 @@ class Faults:
 def inject(monkeypatch, faults):
   """Reading file 1 fails after 5 records, writing its first part after 3
   lines, and finalization after moving 2 files."""
-  read = documents._ReadFileFn.process  # pylint: disable=protected-access
+  read = documents._ReadFileFn.process
 
   def flaky_read(self, input_file):
     for i, out in enumerate(read(self, input_file)):
@@ -60,15 +61,15 @@ def inject(monkeypatch, faults):
       if input_file.index == 1 and i == 5 and faults.fire("read"):
         raise InjectedFault("injected fault while reading file 1")
 
-  add = write._LineSink.add  # pylint: disable=protected-access
+  add = write._LineSink.add
 
   def flaky_add(self, line):
     add(self, line)
-    if ("part-00001-" in self._path and self._count == 3  # pylint: disable=protected-access
+    if ("part-00001-" in self._path and self._count == 3
         and faults.fire("write")):
       raise InjectedFault("injected fault while writing file 1")
 
-  mkdirs = finalize._mkdirs  # pylint: disable=protected-access
+  mkdirs = finalize._mkdirs
   calls = []
 
   def flaky_mkdirs(path):
@@ -77,8 +78,8 @@ def inject(monkeypatch, faults):
       raise InjectedFault("injected fault while finalizing")
     mkdirs(path)
 
-  monkeypatch.setattr(documents._ReadFileFn, "process", flaky_read)  # pylint: disable=protected-access
-  monkeypatch.setattr(write._LineSink, "add", flaky_add)  # pylint: disable=protected-access
+  monkeypatch.setattr(documents._ReadFileFn, "process", flaky_read)
+  monkeypatch.setattr(write._LineSink, "add", flaky_add)
   monkeypatch.setattr(finalize, "_mkdirs", flaky_mkdirs)
 
 
@@ -181,7 +182,7 @@ def test_failed_finalization_is_completed_by_an_overwrite_rerun(
   out = tmp_path / "out"
   argv = ["--input", inputs, "--output", str(out), *ARGS]
   with monkeypatch.context() as patch:
-    mkdirs = finalize._mkdirs  # pylint: disable=protected-access
+    mkdirs = finalize._mkdirs
     calls = []
 
     def flaky_mkdirs(path):
