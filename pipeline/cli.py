@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import sys
 import time
-from typing import List, Optional
+import traceback
+from typing import List, Optional, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -17,57 +20,56 @@ from apache_beam.runners.runner import PipelineState
 
 from pipeline import engines, graph
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
-                              config_from_options)
+                              config_from_options, unknown_flags)
+from pipeline.preflight import check_inputs
 from transforms import metrics
 from transforms.config import ConfigError
-from transforms.documents import expand_inputs
+from transforms.finalize import SUCCESS_FILE, remove_staging, staging_path
 from transforms.report import REPORT_HTML, REPORT_JSON, write_report_files
-from transforms.write import (CLUSTERS_DIR, DEDUPED_DIR, REJECTED_DIR,
-                              STATS_FILE, join_path)
+from transforms.write import STATS_FILE, join_path
 
 # Measured faster than Prism here from 20 to 1M documents (README, "Local
 # runners"); Prism is used when asked for, and by Beam's DirectRunner.
 DEFAULT_RUNNER = "FnApiRunner"
 PRISM_RUNNERS = ("PrismRunner", "DirectRunner")
-_OUTPUTS = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE, REPORT_JSON,
-            REPORT_HTML)
+# Failures a user can fix, raised in workers: their message is the error.
+_USER_ERRORS = ("InputReadError", "InputChangedError", "NoTextFieldError",
+                "FileExistsError", "ConfigError")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-  """Runs the job; returns the process exit code (0 ok, 2 bad arguments)."""
+  """Runs the job; returns the process exit code (0 ok, 1 the job failed,
+  2 bad arguments or inputs, found before anything is written)."""
   argv = list(sys.argv[1:] if argv is None else argv)
   beam_args = [a for a in argv if a not in ("-h", "--help")]
   if PipelineOptions(beam_args).view_as(StandardOptions).streaming:
     from pipeline import streaming  # pylint: disable=import-outside-toplevel
     return streaming.main(argv)
-  try:
-    # The job's parser, not PipelineOptions': Beam's base parser knows none of
-    # the job's flags, so its --help listed nothing.
-    opts = DedupOptions(argv)
-  except SystemExit as e:  # --help (0) or an invalid value/choice (2)
-    return 0 if e.code is None else int(e.code)
-  missing = [f"--{name}" for name in REQUIRED_OPTIONS
-             if not getattr(opts, name)]
-  if missing:
-    print(f"error: {' and '.join(missing)} required; see --help.",
-          file=sys.stderr)
-    return 2
+  opts = parse_options(argv)
+  if isinstance(opts, int):
+    return opts
   try:
     choose_runner(opts)
     config = config_from_options(opts)
-    patterns = [p.strip() for p in opts.input.split(",") if p.strip()]
-    expand_inputs(patterns, opts.input_format)
-    _prepare_output(opts.output, opts.overwrite)
   except (ConfigError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
+    return 2
+  patterns = [p.strip() for p in opts.input.split(",") if p.strip()]
+  problems = preflight(patterns, opts)
+  if problems:
+    for problem in problems:
+      print(f"error: {problem}", file=sys.stderr)
     return 2
 
   show_progress()
   metrics.reset_progress()
   started = time.perf_counter()
-  with beam.Pipeline(options=opts) as p:
-    graph.build(p, patterns, opts.output, config, opts.input_format,
-                opts.text_field, opts.id_field)
+  try:
+    with beam.Pipeline(options=opts) as p:
+      graph.build(p, patterns, opts.output, config, opts.input_format,
+                  opts.text_field, opts.id_field, overwrite=opts.overwrite)
+  except Exception as e:  # pylint: disable=broad-except
+    return _job_failed(e, opts.output)
   if p.result.state == PipelineState.DONE:
     _add_wall_time(opts.output, time.perf_counter() - started)
 
@@ -133,22 +135,86 @@ def show_progress() -> None:
   logger.propagate = False
 
 
+def parse_options(argv: List[str]) -> Union[DedupOptions, int]:
+  """The job's options, or the exit code after printing why there are none:
+  ``--help`` (0), an invalid value, an unknown flag or a missing one (2)."""
+  try:
+    # The job's parser, not PipelineOptions': Beam's base parser knows none of
+    # the job's flags, so its --help listed nothing.
+    opts = DedupOptions(argv)
+  except SystemExit as e:  # --help (0) or an invalid value/choice (2)
+    return 0 if e.code is None else int(e.code)
+  # Unknown flags first: a misspelled --input is the reason it is missing.
+  problems = unknown_flags(argv)
+  problems += [f"--{name} required; see --help" for name in REQUIRED_OPTIONS
+               if not getattr(opts, name)]
+  for problem in problems:
+    print(f"error: {problem}", file=sys.stderr)
+  return 2 if problems else opts
+
+
+def preflight(patterns: List[str], opts: DedupOptions) -> List[str]:
+  """Every problem with the inputs and the output folder, one line each,
+  before anything is written (see :mod:`pipeline.preflight`)."""
+  _, problems = check_inputs(patterns, opts.input_format, opts.text_field)
+  return problems + check_output(opts.output, opts.overwrite)
+
+
+def check_output(output: str, overwrite: bool) -> List[str]:
+  """Refuses to replace an earlier run's outputs without ``overwrite``;
+  with it, they are replaced only once the new run has succeeded (by the
+  job's last step), never deleted here."""
+  existing = [name for name in graph.OUTPUT_NAMES + (SUCCESS_FILE,)
+              if FileSystems.exists(join_path(output, name))]
+  if existing and not overwrite:
+    return [f"{output}: already holds {existing}; pass --overwrite true to "
+            "replace them (once this run has succeeded) or choose another "
+            "--output"]
+  if "://" not in output and os.path.exists(output) and not os.path.isdir(
+      output):
+    return [f"{output}: is a file; --output names a folder"]
+  return []
+
+
+def _job_failed(error: Exception, output: str) -> int:
+  """Prints why the job failed, the cause a user can fix on the last line
+  (the worker's traceback only when it is not such a cause); returns 1."""
+  reason = _user_error(error)
+  if reason is None:
+    traceback.print_exception(error, file=sys.stderr)
+    lines = [l for l in str(error).splitlines() if l.strip()]
+    reason = lines[-1] if lines else type(error).__name__
+  print(f"error: the job failed: {reason}\n(no outputs were finalized: "
+        f"{output} holds no new {SUCCESS_FILE}; earlier outputs there are "
+        "unchanged)", file=sys.stderr)
+  return 1
+
+
+def _user_error(error: BaseException) -> Optional[str]:
+  """The message of a fixable failure anywhere in ``error``: its exception
+  chain (in-process runners keep the type) or, from a portable runner, the
+  remote traceback's text."""
+  seen = error
+  while seen is not None:
+    if type(seen).__name__ in _USER_ERRORS:
+      return str(seen).split(" [while running", 1)[0].strip()
+    seen = seen.__cause__ or seen.__context__
+  found = re.findall(rf"(?:{'|'.join(_USER_ERRORS)}): ([^\n]+)", str(error))
+  return found[-1].split(" [while running", 1)[0].strip() if found else None
+
+
 def _add_wall_time(output: str, seconds: float) -> None:
-  """Adds the job's wall time to the finished job's report, re-rendered."""
+  """Adds the job's wall time to the finished job's report, re-rendered
+  under temporary names and renamed into place."""
   with FileSystems.open(join_path(output, REPORT_JSON)) as f:
     report = json.loads(f.read())
   report["wall_seconds"] = round(seconds, 3)
-  write_report_files(output, report)
-
-
-def _prepare_output(output: str, overwrite: bool) -> None:
-  existing = [name for name in _OUTPUTS
-              if FileSystems.exists(join_path(output, name))]
-  if existing and not overwrite:
-    raise ValueError(f"{output} already holds {existing}; pass --overwrite "
-                     "true to replace them or choose another --output.")
-  for name in existing:
-    FileSystems.delete([join_path(output, name)])
+  staging = staging_path(output, "wall_time")
+  write_report_files(staging, report)
+  names = (REPORT_JSON, REPORT_HTML)
+  FileSystems.rename([join_path(staging, n) for n in names],
+                     [join_path(output, n) for n in names])
+  remove_staging(staging)
 
 
 def summary(stats: dict) -> str:

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
+from typing import Optional
 
 import apache_beam as beam
 
 from transforms.config import DedupConfig
 from transforms.documents import ReadDocuments
+from transforms.finalize import FinalizeOutput, staging_path
 from transforms.kernels.minhash import SKETCH_SCHEMES
 from transforms.kernels.text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
-from transforms.report import WriteReport
+from transforms.report import REPORT_HTML, REPORT_JSON, WriteReport
 from transforms.verify import ServeTextsFromFiles
-from transforms.write import WriteResults, WriteStats
+from transforms.write import (CLUSTERS_DIR, DEDUPED_DIR, REJECTED_DIR,
+                              STATS_FILE, WriteResults, WriteStats)
+
+# What a run leaves under --output (besides _SUCCESS).
+OUTPUT_NAMES = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE,
+                REPORT_JSON, REPORT_HTML)
 
 
 def run_params(config: DedupConfig) -> dict:
@@ -27,8 +35,17 @@ def run_params(config: DedupConfig) -> dict:
 
 def build(pipeline: beam.Pipeline, patterns, output: str,
           config: DedupConfig, input_format: str = "auto",
-          text_field: str = "text", id_field: str = "id"):
-  """Adds the whole job to ``pipeline``; returns the stats PCollection."""
+          text_field: str = "text", id_field: str = "id",
+          overwrite: bool = False, run_id: Optional[str] = None):
+  """Adds the whole job to ``pipeline``; returns the stats PCollection.
+
+  Everything is written under ``output``'s staging folder for ``run_id``
+  (a fresh one when None) and moved into ``output`` by the job's last step
+  (:class:`~transforms.finalize.FinalizeOutput`), which replaces an earlier
+  run's outputs only if ``overwrite``.
+  """
+  final = output
+  output = staging_path(final, run_id or uuid.uuid4().hex[:16])
   read = pipeline | "ReadDocuments" >> ReadDocuments(
       patterns, input_format, text_field, id_field)
   texts = read["documents"] | "DocText" >> beam.Map(
@@ -44,8 +61,10 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   counts = ((read["counts"], dedup["counts"], written)
             | "AllCounts" >> beam.Flatten())
   stats = counts | "WriteStats" >> WriteStats(output, run_params(config))
-  _ = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
-        "files": read["files"]}
-       | "WriteReport" >> WriteReport(output, text_field, id_field,
-                                      config.threshold))
+  report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
+             "files": read["files"]}
+            | "WriteReport" >> WriteReport(output, text_field, id_field,
+                                           config.threshold))
+  _ = report | "FinalizeOutput" >> FinalizeOutput(output, final, OUTPUT_NAMES,
+                                                  overwrite)
   return stats

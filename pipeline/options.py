@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
+from typing import List, Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import (PipelineOptions,
+                                                  StandardOptions)
 
 from transforms.config import (KEEP_POLICIES, SHINGLE_UNITS, SKETCHES,
                                VERIFY_MODES, DedupConfig)
@@ -142,3 +146,54 @@ def config_from_options(options: PipelineOptions) -> DedupConfig:
   """The validated DedupConfig for these options (raises ConfigError)."""
   view = options.view_as(DedupOptions)
   return DedupConfig(**{name: getattr(view, name) for name in CONFIG_FIELDS})
+
+
+# Runners whose job server defines more options at submission time, which no
+# Python options class knows: other unknown flags pass through to them.
+PASS_THROUGH_RUNNERS = ("FlinkRunner", "SparkRunner", "PortableRunner")
+
+
+def unknown_flags(argv: Sequence[str]) -> List[str]:
+  """One line per argument that neither this job nor any Beam options class
+  (every runner's flags included) knows, with the closest known flag.
+
+  Beam itself only logs a warning and drops them, so ``--threshhold 0.5``
+  ran with the default threshold. On a runner in ``PASS_THROUGH_RUNNERS``
+  an unknown flag is reported only if it is close to a known one.
+  """
+  parsers = []
+  options = PipelineOptions(list(argv))
+  beam_log = logging.getLogger(PipelineOptions.__module__)
+  level = beam_log.level
+  # Beam's own "Discarding unparseable args" warning would repeat ours.
+  beam_log.setLevel(logging.ERROR)
+  try:
+    # The callback receives the parser of every registered options class.
+    options.get_all_options(add_extra_args_fn=parsers.append)
+  finally:
+    beam_log.setLevel(level)
+  parser = parsers[0]
+  _, unknown = parser.parse_known_args(list(argv))
+  actions = parser._actions  # pylint: disable=protected-access
+  known = sorted({flag for action in actions for flag in action.option_strings
+                  if flag.startswith("--")})
+  runner = str(options.view_as(StandardOptions).runner or "")
+  lenient = runner.rsplit(".", 1)[-1] in PASS_THROUGH_RUNNERS
+  problems, after_flag = [], False
+  for arg in unknown:
+    if arg == "--":
+      break
+    if not arg.startswith("-"):
+      if not after_flag:
+        problems.append(f"unexpected argument {arg!r} (flags are --name "
+                        "value or --name=value); see --help")
+      after_flag = False
+      continue
+    name = arg.split("=", 1)[0]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    after_flag = "=" not in arg
+    if lenient and not close:
+      continue
+    hint = f"; did you mean {close[0]}?" if close else "; see --help"
+    problems.append(f"unknown flag {name}{hint}")
+  return problems

@@ -2,12 +2,14 @@
 
 Beam's stager builds ``python setup.py sdist`` (``python -m build`` when that
 is installed) and workers pip-install it, so the tarball must carry every
-package and the files setup.py reads. Offline: the fresh venv sees this
-interpreter's site-packages, so nothing is downloaded.
+package and the files setup.py reads. Offline: the fresh venv sees the
+site-packages of the environment running the tests (a virtualenv's own, not
+its base interpreter's), so nothing is downloaded.
 """
 
 import importlib.util
 import os
+import site
 import subprocess
 import sys
 import tarfile
@@ -26,6 +28,14 @@ def run(args, **kwargs):
       f"{args} exited {result.returncode}\n{result.stdout[-3000:]}\n"
       f"{result.stderr[-3000:]}")
   return result
+
+
+def outer_site_dirs():
+  """The site-packages folders of the interpreter running the tests."""
+  dirs = list(site.getsitepackages())
+  if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+    dirs.append(site.getusersitepackages())
+  return dirs
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +71,17 @@ def test_sdist_installs_and_runs_outside_the_repository(sdist, tmp_path):
                 " needs the 'wheel' package: pip install -r"
                 " requirements-dev.txt")
   venv = tmp_path / "venv"
-  # Without pip of its own: the system pip (seen through the system
-  # site-packages) installs into whichever interpreter runs it.
-  run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-       str(venv)])
+  # Not --system-site-packages: from inside a virtualenv that would be the
+  # base interpreter's packages, which need not have wheel, Beam or even
+  # pip. A .pth file adds exactly the packages of the interpreter running
+  # the tests; its pip installs into whichever interpreter runs it.
+  run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
   python = str(venv / "bin" / "python")
+  purelib = run([python, "-c", "import sysconfig;"
+                 " print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+  with open(os.path.join(purelib, "_tests_outer_env.pth"), "w",
+            encoding="utf-8") as f:
+    f.write("\n".join(outer_site_dirs()) + "\n")
   run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
        "--no-index", "--disable-pip-version-check", "-q", str(sdist)],
       cwd=str(tmp_path))

@@ -3,11 +3,18 @@ filesystem, with a stable id per document and a reason for every rejection."""
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import gzip
+import io
 import json
-from typing import Any, Iterable, List, NamedTuple, Sequence, Tuple
+import lzma
+import zlib
+from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
+import pyarrow as pa
+import zstandard
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -19,8 +26,18 @@ ROW_BITS = 40
 MAX_FILES = 1 << (63 - ROW_BITS)
 FORMATS = ("jsonl", "parquet", "text")
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
-_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".lzma")
+# Beam's suffixes (CompressionTypes.detect_compression_type), by codec.
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd",
+                ".zstd": "zstd", ".deflate": "deflate", ".lzma": "lzma",
+                ".xz": "lzma"}
+UTF8_BOM = b"\xef\xbb\xbf"
 _EXCERPT_CHARS = 300
+_READ_CHUNK = 1 << 16
+# zstd has no output bound per call: a small input chunk bounds the output
+# of one decompress() (a 128 KiB block can be a few bytes).
+_ZSTD_READ_CHUNK = 1 << 13
+_READ_ERRORS = (EOFError, OSError, ValueError, zlib.error, lzma.LZMAError,
+                zstandard.ZstdError, pa.ArrowException)
 
 
 class Document(NamedTuple):
@@ -54,6 +71,11 @@ class InputChangedError(RuntimeError):
   """An input file differs between two reads of the same job."""
 
 
+class InputReadError(IOError):
+  """An input file cannot be read to its end (truncated or corrupt); the
+  message starts with the file's path."""
+
+
 def check_unchanged(source: InputFile) -> None:
   """Raises :class:`InputChangedError` if ``source``'s size is not what it
   was when matched (stages after the first read read inputs again)."""
@@ -75,7 +97,8 @@ def read_texts(source: InputFile, rows: Iterable[int],
   if source.format == "parquet":
     with open_parquet(source.path) as parquet:
       start = 0
-      for batch in parquet.iter_batches(columns=[text_field]):
+      for batch in iter_parquet_batches(source.path, parquet,
+                                        columns=[text_field]):
         hits = sorted(r - start for r in wanted
                       if start <= r < start + batch.num_rows)
         if hits:
@@ -87,7 +110,7 @@ def read_texts(source: InputFile, rows: Iterable[int],
     for row, line in iter_lines(source.path):
       if row in wanted:
         found += 1
-        text = line.decode("utf-8")
+        text = line_content(row, line).decode("utf-8")
         yield row, (json.loads(text)[text_field] if source.format == "jsonl"
                     else text)
   if found < len(wanted):
@@ -105,11 +128,20 @@ def split_doc_id(doc_id: int) -> Tuple[int, int]:
   return doc_id >> ROW_BITS, doc_id & ((1 << ROW_BITS) - 1)
 
 
+def compression_of(path: str) -> Optional[str]:
+  """The codec a file's extension names (Beam's rule), or None."""
+  name = path.lower()
+  for suffix, codec in COMPRESSIONS.items():
+    if name.endswith(suffix):
+      return codec
+  return None
+
+
 def detect_format(path: str, input_format: str = "auto") -> str:
   if input_format != "auto":
     return input_format
   name = path.lower()
-  for suffix in _COMPRESSED_SUFFIXES:
+  for suffix in COMPRESSIONS:
     if name.endswith(suffix):
       name = name[:-len(suffix)]
   if name.endswith(".parquet"):
@@ -222,7 +254,7 @@ class _ReadFileFn(beam.DoFn):
       return Rejected(doc_id, path, row + 1, reason, _excerpt(line))
 
     try:
-      decoded = line.decode("utf-8")
+      decoded = line_content(row, line).decode("utf-8")
     except UnicodeDecodeError as e:
       return reject(f"invalid_utf8: {e.reason} at byte {e.start}")
     if not decoded.strip():
@@ -247,7 +279,7 @@ class _ReadFileFn(beam.DoFn):
     with open_parquet(path) as parquet:
       has_text = self._text_field in parquet.schema_arrow.names
       row = 0
-      for batch in parquet.iter_batches():
+      for batch in iter_parquet_batches(path, parquet):
         for obj in batch.to_pylist():
           doc_id = make_doc_id(index, row)
           text = obj.get(self._text_field)
@@ -274,35 +306,138 @@ def parse_record(line: bytes, input_format: str, source: str, row: int,
   return _text_document(0, source, row, line)
 
 
+def iter_raw_lines(path: str) -> Iterable[Tuple[int, bytes]]:
+  """``(row, line)`` for every line of a (possibly compressed) file, with its
+  line ending (none on a last line without one); the row numbering every
+  reader of a file shares. A compressed stream is read to its end-of-stream
+  check: a truncated or corrupt one raises :class:`InputReadError`."""
+  with open_stream(path) as handle:
+    lines = _read_or_fail(path, iter(handle.readline, b""))
+    yield from enumerate(lines)
+
+
 def iter_lines(path: str) -> Iterable[Tuple[int, bytes]]:
-  """``(row, line)`` for every line of a (possibly compressed) file, without
-  the line ending; the row numbering every reader of a file shares."""
-  with FileSystems.open(path) as handle:
-    row = 0
-    while True:
-      line = handle.readline()
-      if not line:
-        return
-      if line.endswith(b"\n"):
-        line = line[:-1]
-        if line.endswith(b"\r"):
-          line = line[:-1]
-      yield row, line
-      row += 1
+  """Like :func:`iter_raw_lines`, without the ``\\n`` or ``\\r\\n``."""
+  for row, line in iter_raw_lines(path):
+    if line.endswith(b"\n"):
+      line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+    yield row, line
+
+
+def line_content(row: int, line: bytes) -> bytes:
+  """A line without the UTF-8 byte order mark that may open a file (row 0):
+  the BOM marks the encoding, it is not part of the first record."""
+  return line[len(UTF8_BOM):] if row == 0 and line.startswith(
+      UTF8_BOM) else line
+
+
+@contextlib.contextmanager
+def open_stream(path: str):
+  """A buffered binary stream of a file's decompressed bytes (codec from the
+  extension, as Beam picks it). Unlike Beam's own reader, every codec checks
+  its end-of-stream marker, so a truncated file raises instead of ending
+  early."""
+  with FileSystems.open(
+      path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+    codec = compression_of(path)
+    if codec is None:
+      yield raw
+    elif codec == "gzip":
+      with gzip.GzipFile(fileobj=raw, mode="rb") as handle:
+        yield handle
+    elif codec == "bzip2":
+      with bz2.BZ2File(raw) as handle:
+        yield handle
+    elif codec == "lzma":
+      with lzma.LZMAFile(raw) as handle:
+        yield handle
+    else:
+      yield io.BufferedReader(_CheckedStream(raw, codec), _READ_CHUNK)
+
+
+class _CheckedStream(io.RawIOBase):
+  """Decompresses zstd or zlib (Beam's "deflate") frames one after another
+  and raises ``EOFError`` if the input ends inside a frame (zstandard's own
+  stream reader just stops there)."""
+
+  def __init__(self, raw, codec: str):
+    super().__init__()
+    self._raw = raw
+    self._codec = codec
+    self._decompressor = None
+    self._pending = b""
+
+  def readable(self):
+    return True
+
+  def _new_decompressor(self):
+    if self._codec == "zstd":
+      return zstandard.ZstdDecompressor().decompressobj()
+    return zlib.decompressobj()
+
+  def readinto(self, buffer):
+    while not self._pending:
+      data = self._raw.read(_ZSTD_READ_CHUNK if self._codec == "zstd"
+                            else _READ_CHUNK)
+      if not data:
+        if self._decompressor is not None and not self._decompressor.eof:
+          raise EOFError("compressed stream ended before the end-of-stream "
+                         "marker was reached")
+        return 0
+      while data:
+        if self._decompressor is None or self._decompressor.eof:
+          self._decompressor = self._new_decompressor()
+        self._pending += self._decompressor.decompress(data)
+        data = self._decompressor.unused_data if self._decompressor.eof \
+            else b""
+    n = min(len(buffer), len(self._pending))
+    buffer[:n] = self._pending[:n]
+    self._pending = self._pending[n:]
+    return n
+
+
+def _read_or_fail(path: str, items):
+  """Yields from ``items``; a decoding error while reading ``path`` becomes
+  an :class:`InputReadError` naming the file (a worker's traceback would
+  not)."""
+  try:
+    yield from items
+  except InputReadError:
+    raise
+  except _READ_ERRORS as e:
+    raise _read_error(path, e) from e
+
+
+def _read_error(path: str, error: Exception) -> InputReadError:
+  return InputReadError(
+      f"{path}: cannot be read to its end ({type(error).__name__}: {error});"
+      " the file is truncated or corrupt: replace it (or remove it from"
+      " --input) and rerun")
 
 
 @contextlib.contextmanager
 def open_parquet(path: str):
-  """A ``pyarrow.parquet.ParquetFile`` over any Beam filesystem."""
+  """A ``pyarrow.parquet.ParquetFile`` over any Beam filesystem; a file
+  without a valid footer raises :class:`InputReadError`."""
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
   with FileSystems.open(
       path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-    yield pq.ParquetFile(handle)
+    try:
+      parquet = pq.ParquetFile(handle)
+    except _READ_ERRORS as e:
+      raise _read_error(path, e) from e
+    yield parquet
+
+
+def iter_parquet_batches(path: str, parquet, **kwargs):
+  """``parquet.iter_batches(**kwargs)``, a read error naming ``path``."""
+  return _read_or_fail(path, parquet.iter_batches(**kwargs))
 
 
 def _text_document(doc_id, path, row, line: bytes):
   try:
-    return Document(doc_id, line.decode("utf-8"), None, line)
+    return Document(doc_id, line_content(row, line).decode("utf-8"), None,
+                    line)
   except UnicodeDecodeError as e:
     return Rejected(doc_id, path, row + 1,
                     f"invalid_utf8: {e.reason} at byte {e.start}",

@@ -15,7 +15,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
 from transforms.documents import (ROW_BITS, InputChangedError,
-                                  check_unchanged, iter_lines, make_doc_id,
+                                  check_unchanged, iter_parquet_batches,
+                                  iter_raw_lines, line_content, make_doc_id,
                                   open_parquet, split_doc_id)
 
 # One output part per (input file, 2**20 rows): bounds a writer's memory.
@@ -153,7 +154,7 @@ class _WriteFileFn(beam.DoFn):
     rows read, rows kept, user ids of clustered rows)`` per part."""
     chunk, sink, user_ids, skipped, clusters = None, None, {}, set(), {}
     row = -1
-    for row, line in iter_lines(source.path):
+    for row, line in iter_raw_lines(source.path):
       if row >> PART_ROW_BITS != chunk:
         if chunk is not None:
           yield chunk, row - (chunk << PART_ROW_BITS), sink.close(), user_ids
@@ -162,7 +163,7 @@ class _WriteFileFn(beam.DoFn):
         sink = _LineSink(self._deduped_path(source, chunk))
         user_ids, skipped, clusters = {}, part.skipped(), part.clusters
       if row in clusters:
-        user_ids[row] = (_json_field(line, self._id_field)
+        user_ids[row] = (_json_field(line_content(row, line), self._id_field)
                          if source.format == "jsonl" else None)
       if row not in skipped:
         sink.add(line)
@@ -176,7 +177,7 @@ class _WriteFileFn(beam.DoFn):
     with open_parquet(source.path) as parquet:
       has_id = self._id_field in parquet.schema_arrow.names
       row = 0
-      for batch in parquet.iter_batches():
+      for batch in iter_parquet_batches(source.path, parquet):
         while batch.num_rows:
           if row >> PART_ROW_BITS != chunk:
             if chunk is not None:
@@ -220,8 +221,9 @@ class _WriteFileFn(beam.DoFn):
 
 
 class _LineSink:
-  """Writes a part's kept lines as they come; the file is created only when
-  the first one arrives. ``close()`` returns the number written."""
+  """Writes a part's kept lines as they come, each with its own line ending
+  (``\\n`` added only to a last line that had none); the file is created only
+  when the first one arrives. ``close()`` returns the number written."""
 
   def __init__(self, path: str):
     self._path = path
@@ -231,7 +233,7 @@ class _LineSink:
   def add(self, line: bytes) -> None:
     if self._handle is None:
       self._handle = FileSystems.create(self._path)
-    self._handle.write(line + b"\n")
+    self._handle.write(line if line.endswith(b"\n") else line + b"\n")
     self._count += 1
 
   def close(self) -> int:
@@ -362,7 +364,19 @@ def finalize_stats(counts: dict, params: dict) -> dict:
         f"Document accounting is off: {stats['docs_in']} in, but kept "
         f"{stats['kept']} + removed {stats['removed']} + rejected "
         f"{stats['rejected']} = {accounted}. This is a bug; please report it.")
+  missing = rejected_by_reason.get("missing_text_field", 0)
+  if missing and missing == stats["docs_in"]:
+    # Then the text field's name is wrong: fail before the outputs are
+    # finalized rather than succeed with an empty deduped/.
+    raise NoTextFieldError(
+        f"All {missing} records lack the text field: check --text_field "
+        "(the rejected/ rows of this run, left under _temporary/, show the "
+        "fields there are).")
   return stats
+
+
+class NoTextFieldError(ValueError):
+  """No record of the run holds the configured text field."""
 
 
 def _write_stats(stats: dict, output: str) -> dict:

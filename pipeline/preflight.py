@@ -1,0 +1,236 @@
+"""Checks of the inputs before a job starts: every problem found is one line
+naming the file and the fix, and nothing is deleted or written first.
+
+Each matched file must be a regular, readable file whose bytes agree with how
+it will be read: compression magic versus extension (gzip, bzip2, zstd, xz),
+Parquet magic and footer, JSON objects in a JSONL sample, and the text field
+in the Parquet schema or in the sampled JSONL records (the fields there are
+are listed). A truncated compressed stream can only be found by reading all
+of it; the job does that and fails naming the file.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import glob
+import json
+import os
+from typing import List, Optional, Sequence, Tuple
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.documents import (InputFile, InputReadError, compression_of,
+                                  expand_inputs, iter_lines, line_content,
+                                  open_parquet)
+
+HEAD_BYTES = 1 << 16
+SAMPLE_LINES = 100
+_SAMPLE_BYTES = 1 << 20
+_PARALLEL_FILES = 16
+_PARQUET_MAGIC = b"PAR1"
+# The extension to suggest for data of each codec.
+_SUFFIX = {"gzip": "gz", "bzip2": "bz2", "zstd": "zst", "lzma": "xz",
+           "deflate": "deflate"}
+
+
+def check_inputs(patterns: Sequence[str], input_format: str,
+                 text_field: str) -> Tuple[List[InputFile], List[str]]:
+  """``(matched files, problems)``; each problem is one line starting with
+  the pattern or file it concerns and saying how to fix it."""
+  problems = [p for pattern in patterns for p in _check_pattern(pattern)]
+  try:
+    files = expand_inputs(patterns, input_format)
+  except ValueError as e:
+    return [], problems or [str(e)]
+  with concurrent.futures.ThreadPoolExecutor(_PARALLEL_FILES) as pool:
+    for found in pool.map(lambda f: _check_file(f, text_field), files):
+      problems.extend(found)
+  return files, problems
+
+
+def _check_pattern(pattern: str) -> List[str]:
+  """Folders and, on the local filesystem, broken links or non-files a
+  glob matches (Beam's own matching lists a folder, or skips the others)."""
+  if pattern.endswith("/") or _is_folder(pattern):
+    name = pattern.rstrip("/")
+    return [f"{pattern}: is a folder, not a file pattern; give the files in "
+            f"it, e.g. --input '{name}/*.jsonl'"]
+  if "://" in pattern:
+    return []
+  problems = []
+  for path in sorted(glob.glob(pattern)):
+    if os.path.islink(path) and not os.path.exists(path):
+      problems.append(f"{path}: broken symbolic link (its target "
+                      f"{os.readlink(path)!r} does not exist); fix or remove "
+                      "the link, or narrow --input")
+    elif os.path.isdir(path):
+      problems.append(f"{path}: is a folder matched by {pattern!r}; narrow "
+                      "--input to files, e.g. '*.jsonl'")
+    elif not os.path.isfile(path):
+      problems.append(f"{path}: is not a regular file; narrow --input")
+  return problems
+
+
+def _is_folder(pattern: str) -> bool:
+  if "://" not in pattern:
+    return os.path.isdir(pattern)
+  # Object stores have no folders: a pattern that names nothing itself but
+  # has objects below it was meant as one.
+  exact = FileSystems.match([pattern])[0].metadata_list
+  below = FileSystems.match([pattern.rstrip("/") + "/*"], [1])[0]
+  return not exact and bool(below.metadata_list)
+
+
+def _check_file(source: InputFile, text_field: str) -> List[str]:
+  path = source.path
+  try:
+    with FileSystems.open(
+        path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+      head = handle.read(HEAD_BYTES)
+  except (OSError, ValueError) as e:
+    return [f"{path}: cannot be read ({type(e).__name__}: {e}); fix its "
+            "permissions or remove it from --input"]
+  codec = compression_of(path)
+  found = _codec_of(head)
+  if codec and not head:
+    return [f"{path}: is empty, but a {codec} file holds at least a header; "
+            "replace it (truncated upload?) or remove it from --input"]
+  if codec != found and not (codec == "lzma" and head[:1] == b"\x5d"):
+    return [_codec_mismatch(path, codec, found, head)]
+  if source.format == "parquet":
+    return _check_parquet(source, codec, text_field)
+  if head.startswith(_PARQUET_MAGIC):
+    return [f"{path}: is a Parquet file but would be read as "
+            f"{source.format} (its extension or --input_format); name it "
+            "*.parquet or pass --input_format parquet"]
+  try:
+    lines = _sample_lines(path)
+  except InputReadError as e:
+    return [str(e)]
+  if source.format == "jsonl":
+    return _check_jsonl(path, lines, text_field)
+  return _check_text(path, lines)
+
+
+def _codec_of(head: bytes) -> Optional[str]:
+  """The compression the first bytes announce (strong magic numbers only)."""
+  if head.startswith(b"\x1f\x8b"):
+    return "gzip"
+  if head.startswith(b"\x28\xb5\x2f\xfd"):
+    return "zstd"
+  if head.startswith(b"\xfd7zXZ\x00"):
+    return "lzma"
+  if (head[:3] == b"BZh" and head[3:4].isdigit() and head[3:4] != b"0"
+      and head[4:10] in (b"\x31\x41\x59\x26\x53\x59",
+                         b"\x17\x72\x45\x38\x50\x90")):
+    return "bzip2"
+  if (len(head) >= 2 and head[0] == 0x78 and head[1] in (1, 0x5E, 0x9C, 0xDA)
+      and (head[0] << 8 | head[1]) % 31 == 0):
+    return "deflate"
+  return None
+
+
+def _codec_mismatch(path: str, codec, found, head: bytes) -> str:
+  if codec is None:
+    if found == "deflate":
+      return (f"{path}: starts like zlib data; if it is, name it *.deflate, "
+              "otherwise it is not text")
+    return (f"{path}: holds {found} data but its name has no matching "
+            f"extension; rename it (e.g. to {os.path.basename(path)}"
+            f".{_SUFFIX[found]}) so it is decompressed")
+  what = f"{found} data" if found else f"no {codec} data (starts with " \
+      f"{head[:8]!r})"
+  return (f"{path}: is named as {codec} but holds {what}; recompress it or "
+          "fix its extension")
+
+
+
+def _check_parquet(source: InputFile, codec, text_field: str) -> List[str]:
+  path = source.path
+  if codec:
+    return [f"{path}: a Parquet file is compressed inside; decompress the "
+            f"{codec} wrapper and name it *.parquet"]
+  try:
+    with FileSystems.open(
+        path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+      head = handle.read(4)
+      handle.seek(max(source.size - 4, 0))
+      tail = handle.read(4)
+  except (OSError, ValueError) as e:
+    return [f"{path}: cannot be read ({e}); fix its permissions"]
+  if head != _PARQUET_MAGIC:
+    return [f"{path}: is not a Parquet file (starts with {head!r}); pass the "
+            "right --input_format or fix its extension"]
+  if tail != _PARQUET_MAGIC:
+    return [f"{path}: has no Parquet footer (truncated or still being "
+            "written?); replace it or remove it from --input"]
+  try:
+    with open_parquet(path) as parquet:
+      schema = parquet.schema_arrow
+  except InputReadError as e:
+    return [str(e)]
+  if text_field not in schema.names:
+    return [f"{path}: has no column {text_field!r} (columns: "
+            f"{', '.join(schema.names)}); pass --text_field with one of them"]
+  kind = schema.field(text_field).type
+  if not _is_string_type(kind):
+    return [f"{path}: column {text_field!r} is {kind}, not string; pass "
+            "--text_field naming the text column"]
+  return []
+
+
+def _is_string_type(kind) -> bool:
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  if pa.types.is_dictionary(kind):
+    kind = kind.value_type
+  return (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+          or pa.types.is_string_view(kind))
+
+
+def _sample_lines(path: str) -> List[bytes]:
+  """The first complete lines of a file (decompressed), up to
+  ``SAMPLE_LINES`` or ``_SAMPLE_BYTES``."""
+  lines, size = [], 0
+  with contextlib.closing(iter_lines(path)) as rows:
+    for row, line in rows:
+      lines.append(line_content(row, line))
+      size += len(line)
+      if len(lines) >= SAMPLE_LINES or size >= _SAMPLE_BYTES:
+        break
+  return lines
+
+
+def _check_jsonl(path: str, lines: List[bytes], text_field: str) -> List[str]:
+  objects = []
+  for line in lines:
+    try:
+      value = json.loads(line)
+    except ValueError:
+      continue
+    if isinstance(value, dict):
+      objects.append(value)
+  if lines and not objects:
+    return [f"{path}: none of its first {len(lines)} lines is a JSON object "
+            f"(first: {lines[0][:60]!r}); if it is plain text, pass "
+            "--input_format text"]
+  if objects and not any(text_field in o for o in objects):
+    fields = sorted({name for o in objects for name in o})
+    return [f"{path}: no record of the first {len(objects)} has the field "
+            f"{text_field!r} (fields: {', '.join(fields[:20])}); pass "
+            "--text_field with one of them"]
+  return []
+
+
+def _check_text(path: str, lines: List[bytes]) -> List[str]:
+  bad = 0
+  for line in lines:
+    try:
+      line.decode("utf-8")
+    except UnicodeDecodeError:
+      bad += 1
+  if lines and bad * 2 > len(lines):
+    return [f"{path}: {bad} of its first {len(lines)} lines are not UTF-8 "
+            "text (a binary file?); remove it from --input"]
+  return []
