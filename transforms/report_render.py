@@ -180,7 +180,7 @@ def _line_chart(points, marks, width=560, height=280) -> str:
 
   parts = [f'<svg role="img" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}">',
-           f'<title>P(candidate) against Jaccard similarity</title>']
+           '<title>P(candidate) against Jaccard similarity</title>']
   for i in range(6):
     t = i / 5
     parts.append(f'<line x1="{x(0):.1f}" y1="{y(t):.1f}" x2="{x(1):.1f}" '

@@ -20,7 +20,7 @@ from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.coders import BytesCoder, VarIntCoder
+from apache_beam.coders import VarIntCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec,
                                               ReadModifyWriteStateSpec,
