@@ -25,6 +25,8 @@ from transforms.finalize import SUCCESS_FILE, read_success
 from transforms.write import NoTextFieldError, finalize_stats
 from tests.corpus import stats_of, tree_bytes
 
+pytestmark = pytest.mark.e2e
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPRESS = {
     "gz": gzip.compress,

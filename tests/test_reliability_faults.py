@@ -93,7 +93,7 @@ def corpus(tmp_path_factory):
   write_jsonl(folder / "b.jsonl", texts[half:])
   inputs = f"{folder}/*.jsonl"
   assert main(["--input", inputs, "--output", str(folder / "clean"),
-               *ARGS]) == 0
+               "--runner", "FnApiRunner", *ARGS]) == 0
   return inputs, tree_bytes(folder / "clean")
 
 
@@ -180,7 +180,8 @@ def test_failed_finalization_is_completed_by_an_overwrite_rerun(
     corpus, tmp_path, monkeypatch, capsys):
   inputs, clean = corpus
   out = tmp_path / "out"
-  argv = ["--input", inputs, "--output", str(out), *ARGS]
+  argv = ["--input", inputs, "--output", str(out), "--runner", "FnApiRunner",
+          *ARGS]
   with monkeypatch.context() as patch:
     mkdirs = finalize._mkdirs
     calls = []

@@ -78,6 +78,7 @@ def test_stream_signs_exactly_as_batch(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_event_time_verdicts_equal_batch_removed_set_on_cliques(tmp_path):
   """Quick form: 60 base documents (~80 with copies); full: 150."""
   texts, truth = seed_corpus(n_base=150 if FULL else 60, seed=11)
