@@ -28,8 +28,9 @@ from transforms.finalize import SUCCESS_FILE, remove_staging, staging_path
 from transforms.report import REPORT_HTML, REPORT_JSON, write_report_files
 from transforms.write import STATS_FILE, join_path
 
-# Measured faster than Prism here from 20 to 1M documents (README, "Local
-# runners"); Prism is used when asked for, and by Beam's DirectRunner.
+# Measured faster than Prism at 20 and 100k documents, and Prism failed at
+# 1M (README, "Local runners"); Prism runs when asked for, and under Beam's
+# DirectRunner.
 DEFAULT_RUNNER = "FnApiRunner"
 PRISM_RUNNERS = ("PrismRunner", "DirectRunner")
 # Failures a user can fix, raised in workers: their message is the error.
