@@ -25,6 +25,8 @@ from transforms.kernels import minhash as minhash_kernels
 from transforms.kernels import signature as signature_kernels
 from transforms.signatures import normalize_options
 
+pytestmark = pytest.mark.extended
+
 # Word 2-grams, K=64, 8 bands of 2 rows: the S-curve's midpoint (~0.35) is
 # far below the threshold, so most buckets mix similar and dissimilar
 # documents.

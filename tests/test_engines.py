@@ -18,7 +18,7 @@ from tests.corpus import seed_corpus, tree_bytes, write_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "install_prism.sh")
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.extended]
 SEED_ARGS = ["--ngram", "3", "--bands", "32", "--rows", "4", "--threshold",
              "0.4"]
 

@@ -16,6 +16,8 @@ import tarfile
 
 import pytest
 
+pytestmark = pytest.mark.extended
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 120
 

@@ -17,7 +17,7 @@ from pipeline.cli import main
 from tests.corpus import seed_corpus, stats_of, tree_bytes, write_jsonl
 from tests.services import Service, free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED_ARGS = ["--ngram", "3", "--bands", "32", "--rows", "4", "--threshold",

@@ -25,7 +25,7 @@ from transforms.config import DedupConfig
 from transforms.kernels import graph
 from transforms.kernels import jaccard as jaccard_kernels
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 
 # The committed corpus (tests/data/README.md); a rebuild changes these.
 LICENCE_DOCUMENTS, LICENCE_SOURCES = 7876, 817

@@ -22,6 +22,8 @@ from pipeline.cli import main
 from tests.corpus import seed_corpus, tree_bytes, write_jsonl
 from transforms import documents, finalize, write
 
+pytestmark = pytest.mark.extended
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TIMEOUT_S = 300
 ARGS = ["--ngram", "3", "--bands", "32", "--rows", "4", "--threshold", "0.4"]

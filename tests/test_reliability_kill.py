@@ -19,6 +19,8 @@ import pytest
 
 from tests.corpus import seed_corpus, tree_bytes, write_jsonl
 
+pytestmark = pytest.mark.extended
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL = os.environ.get("NEARDUP_FULL") == "1"
 SEEDS = range(20 if FULL else 3)

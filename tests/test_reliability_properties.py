@@ -13,6 +13,7 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,8 @@ from transforms.documents import Document, InputFile, Rejected, read_file
 from transforms.kernels import lsh, minhash, text
 from transforms.kernels.hashing import fmix64
 from transforms.kernels.signature import shingle_sets, signature_batch
+
+pytestmark = pytest.mark.extended
 
 FULL = os.environ.get("NEARDUP_FULL") == "1"
 PROPERTY = settings(max_examples=2000 if FULL else 150, deadline=None,

@@ -23,6 +23,8 @@ import time
 import pytest
 from PIL import Image
 
+pytestmark = pytest.mark.extended
+
 WIDTH, HEIGHT = 1280, 900
 TIMEOUT_S = 60
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",

@@ -14,6 +14,8 @@ from transforms import metrics
 from transforms.config import DedupConfig, StreamConfig
 from transforms.stream.dedup import DeduplicateStream
 
+pytestmark = pytest.mark.extended
+
 FULL = os.environ.get("NEARDUP_FULL") == "1"
 DEDUP = DedupConfig(ngram=3, num_perm=64, bands=16, rows=4, threshold=0.5,
                     verify="signature")

@@ -15,6 +15,8 @@ from pipeline.engines import find_prism, missing_prism_reason
 from tests.stream_harness import PrismServer
 from tests.test_streaming import BASE, COPY, OTHER
 
+pytestmark = pytest.mark.extended
+
 
 def write_docs(path, rows):
   with open(path, "w", encoding="utf-8") as f:

@@ -19,6 +19,8 @@ from transforms.config import DedupConfig, StreamConfig
 from transforms.kernels import lsh as lsh_kernels
 from transforms.stream.dedup import DeduplicateStream, Sign
 
+pytestmark = pytest.mark.extended
+
 FULL = os.environ.get("NEARDUP_FULL") == "1"
 SEED_ARGS = ["--ngram", "3", "--num_perm", "128", "--bands", "32", "--rows",
              "4", "--threshold", "0.4", "--verify", "signature", "--keep",

@@ -19,6 +19,8 @@ import pytest
 
 from tests.services import Service, free_port
 
+pytestmark = pytest.mark.extended
+
 PROJECT = "neardup-test"
 START_TIMEOUT_S = 90
 RESULT_TIMEOUT_S = 120
