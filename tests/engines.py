@@ -11,6 +11,8 @@ test itself then checks Prism's outputs as usual. Calls that pick their own
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import tempfile
@@ -133,7 +135,11 @@ def cross_checked(main: Callable[[Optional[List[str]]], int],
       return main(argv)
     prism = require_prism()
     reference = _reference_for(output)
-    ref_code = main(_with_output(argv, reference) + ["--runner", "FnApiRunner"])
+    # The reference run's messages are dropped: the test reads Prism's.
+    with contextlib.redirect_stdout(io.StringIO()), \
+        contextlib.redirect_stderr(io.StringIO()):
+      ref_code = main(_with_output(argv, reference)
+                      + ["--runner", "FnApiRunner"])
     code = main(argv + ["--runner", "PrismRunner", "--prism_location", prism])
     assert code == ref_code, (
         f"exit code {code} on Prism, {ref_code} on FnApiRunner: {argv}")
