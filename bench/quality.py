@@ -8,9 +8,9 @@ Builds the corpus (``licence``: tests/corpus.py's real-text corpus, licence
 and copyright texts of this machine cut into chunks with planted variants;
 ``families``: bench/families.py's template-family corpus, every paragraph of
 those files, verbatim copies included), computes the exact truth
-(pipeline.truth's kernel: all pairs with Jaccard >= t over word 5-grams),
+(pipeline.tools.truth's kernel: all pairs with Jaccard >= t over word 5-grams),
 runs the job once per mode through pipeline.cli.main and reports pairwise
-and document-level precision, recall and F1 (pipeline.evaluate), the
+and document-level precision, recall and F1 (pipeline.tools.evaluate), the
 candidate, verified and graph edges, candidates per document, LSH buckets
 above the exhaustive size and the wall time. Modes are verify modes, plus
 ``exhaustive`` (exact, every bucket compared in full: what the bounded work
@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
 # pylint: disable=wrong-import-position
-from pipeline import cli, evaluate, truth  # noqa: E402
+from pipeline import cli  # noqa: E402
+from pipeline.tools import evaluate, truth  # noqa: E402
 from bench.families import template_family_corpus  # noqa: E402
 from tests.corpus import real_text_corpus, stats_of, write_jsonl  # noqa
 from transforms.config import DedupConfig  # noqa: E402

@@ -30,7 +30,7 @@ from pipeline.engines import find_prism, missing_prism_reason
 from tests.corpus import seed_corpus
 from tests.stream_harness import Collect, make_test_stream, read_collected
 from transforms.config import DedupConfig, StreamConfig
-from transforms.kernels import minhash, signature
+from transforms.kernels import compiled_signature as signature, minhash
 from transforms.stream.dedup import DeduplicateStream
 from transforms.stream.elements import (Arrival, ArrivalCoder, Member,
                                         MemberCoder)

@@ -1,7 +1,7 @@
 """The systems under comparison, each as raw texts -> signatures and raw
 texts -> duplicate clusters (in memory), with the same K, seed and (b, r).
 
-* ``ours-<sketch>``: ``transforms.kernels.signature.signature_batch`` on
+* ``ours-<sketch>``: ``transforms.kernels.compiled_signature.signature_batch`` on
   batches of 4,096 documents (end to end, ours is ``python -m pipeline``,
   driven by ``bench/run.py``).
 * ``rensa``: one ``RMinHash`` per document fed its shingle set, then
@@ -61,7 +61,7 @@ def shingle_sets(texts: Sequence[str], ngram: int) -> List[set]:
 
 def ours_signer(params: dict, sketch: str) -> Callable:
   from transforms.kernels import minhash
-  from transforms.kernels.signature import signature_batch
+  from transforms.kernels.compiled_signature import signature_batch
   a, b = minhash.permutations(params["num_perm"], params["seed"])
 
   def sign(texts):

@@ -16,16 +16,15 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (PipelineOptions,
                                                   PrismRunnerOptions,
                                                   StandardOptions)
-from apache_beam.runners.runner import PipelineState
 
-from pipeline import engines, graph
+from pipeline import engines, job
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
                               config_from_options, unknown_flags)
 from pipeline.preflight import check_inputs
 from transforms import metrics
 from transforms.config import ConfigError
-from transforms.finalize import SUCCESS_FILE, remove_staging, staging_path
-from transforms.report import REPORT_HTML, REPORT_JSON, write_report_files
+from transforms.finalize import SUCCESS_FILE
+from transforms.report import REPORT_HTML
 from transforms.write import STATS_FILE, join_path
 
 # Measured faster than Prism at 20 and 100k documents, and Prism failed at
@@ -64,15 +63,14 @@ def main(argv: Optional[List[str]] = None) -> int:
 
   show_progress()
   metrics.reset_progress()
-  started = time.perf_counter()
+  started = time.time()
   try:
     with beam.Pipeline(options=opts) as p:
-      graph.build(p, patterns, opts.output, config, opts.input_format,
-                  opts.text_field, opts.id_field, overwrite=opts.overwrite)
+      job.build(p, patterns, opts.output, config, opts.input_format,
+                opts.text_field, opts.id_field, overwrite=opts.overwrite,
+                started=started)
   except Exception as e:  # pylint: disable=broad-except
     return _job_failed(e, opts.output)
-  if p.result.state == PipelineState.DONE:
-    _add_wall_time(opts.output, time.perf_counter() - started)
 
   stats_path = join_path(opts.output, STATS_FILE)
   if FileSystems.exists(stats_path):
@@ -165,7 +163,7 @@ def check_output(output: str, overwrite: bool) -> List[str]:
   """Refuses to replace an earlier run's outputs without ``overwrite``;
   with it, they are replaced only once the new run has succeeded (by the
   job's last step), never deleted here."""
-  existing = [name for name in graph.OUTPUT_NAMES + (SUCCESS_FILE,)
+  existing = [name for name in job.OUTPUT_NAMES + (SUCCESS_FILE,)
               if FileSystems.exists(join_path(output, name))]
   if existing and not overwrite:
     return [f"{output}: already holds {existing}; pass --overwrite true to "
@@ -202,20 +200,6 @@ def _user_error(error: BaseException) -> Optional[str]:
     seen = seen.__cause__ or seen.__context__
   found = re.findall(rf"(?:{'|'.join(_USER_ERRORS)}): ([^\n]+)", str(error))
   return found[-1].split(" [while running", 1)[0].strip() if found else None
-
-
-def _add_wall_time(output: str, seconds: float) -> None:
-  """Adds the job's wall time to the finished job's report, re-rendered
-  under temporary names and renamed into place."""
-  with FileSystems.open(join_path(output, REPORT_JSON)) as f:
-    report = json.loads(f.read())
-  report["wall_seconds"] = round(seconds, 3)
-  staging = staging_path(output, "wall_time")
-  write_report_files(staging, report)
-  names = (REPORT_JSON, REPORT_HTML)
-  FileSystems.rename([join_path(staging, n) for n in names],
-                     [join_path(output, n) for n in names])
-  remove_staging(staging)
 
 
 def summary(stats: dict) -> str:

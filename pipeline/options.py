@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import (PipelineOptions,
 
 from transforms.config import (KEEP_POLICIES, SHINGLE_UNITS, SKETCHES,
                                VERIFY_MODES, DedupConfig)
-from transforms.documents import FORMATS
+from transforms.read import FORMATS
 
 _DEFAULTS = DedupConfig(bands=1, rows=1)
 
@@ -37,105 +37,131 @@ class DedupOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
-    io = parser.add_argument_group("input and output")
-    # Not argparse-required: Beam parses every registered options class for
-    # any pipeline in the process, and a required flag would break those.
-    io.add_argument("--input",
-                    help="Input file pattern(s), comma-separated; local or any"
-                    " Beam filesystem (gs://, s3://). Sorted by path.")
-    io.add_argument("--output",
-                    help="Output directory for deduped/, clusters/, rejected/,"
-                    " stats.json, report.json and report.html.")
-    io.add_argument("--input_format", default="auto",
-                    choices=("auto",) + FORMATS,
-                    help="auto picks by extension: .jsonl/.ndjson/.json,"
-                    " .parquet, anything else is text (one doc per line).")
-    io.add_argument("--text_field", default="text",
-                    help="JSONL field / Parquet column holding the text.")
-    io.add_argument("--id_field", default="id",
-                    help="Optional user id field, reported in clusters/.")
-    io.add_argument("--overwrite", type=parse_bool, default=False,
-                    help="Replace the outputs of an earlier run in --output.")
+    add_io_arguments(parser)
+    add_detection_arguments(parser)
 
-    dedup = parser.add_argument_group("near-duplicate detection")
-    dedup.add_argument("--shingle_unit", default=_default("shingle_unit"),
-                       choices=SHINGLE_UNITS, help="word or char n-grams.")
-    dedup.add_argument("--ngram", type=int, default=_default("ngram"),
-                       help="Shingle size n (units per n-gram).")
-    dedup.add_argument("--num_perm", type=int, default=_default("num_perm"),
-                       help="MinHash permutations K (signature length).")
-    dedup.add_argument("--sketch", default=_default("sketch"),
-                       choices=SKETCHES,
-                       help="classic: K-permutation MinHash, O(n K) per"
-                       " document; oph: one-permutation hashing with optimal"
-                       " densification, O(n + K), same Jaccard estimator.")
-    dedup.add_argument("--bands", type=int, default=None,
-                       help="LSH bands b; with --rows, overrides --threshold's"
-                       " choice. b*rows <= num_perm.")
-    dedup.add_argument("--rows", type=int, default=None,
-                       help="Rows per band r.")
-    dedup.add_argument("--threshold", type=float,
-                       default=_default("threshold"),
-                       help="Jaccard similarity that makes a duplicate: picks"
-                       " bands/rows when not given and verifies candidates.")
-    dedup.add_argument("--fp_weight", type=float,
-                       default=_default("fp_weight"),
-                       help="Weight of false positives (candidate area below"
-                       " --threshold) when choosing b, r.")
-    dedup.add_argument("--fn_weight", type=float,
-                       default=_default("fn_weight"),
-                       help="Weight of false negatives (missed area above"
-                       " --threshold) when choosing b, r; the default 0.95"
-                       " over-generates candidates for verification.")
-    dedup.add_argument("--verify", default=_default("verify"),
-                       choices=VERIFY_MODES,
-                       help="exact: keep a candidate edge only if the true"
-                       " Jaccard of its shingle sets is >= --threshold;"
-                       " signature: if its estimated Jaccard is; none: keep"
-                       " all.")
-    dedup.add_argument("--seed", type=int, default=_default("seed"),
-                       help="Seed of every hash function (same on all"
-                       " workers).")
-    for name, text in (("nfkc", "Unicode NFKC normalisation."),
-                       ("lowercase", "Lowercase the text."),
-                       ("strip_punctuation",
-                        "Turn punctuation and symbols into spaces."),
-                       ("fold_digits", "Map every digit to 0.")):
-      dedup.add_argument(f"--{name}", type=parse_bool, default=_default(name),
-                         help=f"{text} true/false.")
-    dedup.add_argument("--min_tokens", type=int,
-                       default=_default("min_tokens"),
-                       help="Documents with fewer units are kept unclustered.")
-    dedup.add_argument("--keep", default=_default("keep"),
-                       choices=KEEP_POLICIES,
-                       help="Which document of a cluster is kept: first (lowest"
-                       " id = input order) or longest.")
-    dedup.add_argument("--max_cc_rounds", type=int,
-                       default=_default("max_cc_rounds"),
-                       help="Connected-component rounds unrolled in the graph.")
-    dedup.add_argument("--max_residual_edges", type=int,
-                       default=_default("max_residual_edges"),
-                       help="Most unsettled edges resolved by union-find after"
-                       " the rounds before the job fails.")
-    dedup.add_argument("--lsh_shards", type=int,
-                       default=_default("lsh_shards"),
-                       help="Shards of the band-key shuffle; raise for large"
-                       " corpora (aim for <= ~20M band keys per shard).")
-    dedup.add_argument("--exhaustive_bucket_size", type=int,
-                       default=_default("exhaustive_bucket_size"),
-                       help="LSH buckets of up to this many documents have"
-                       " all their pairs verified (k(k-1)/2 pairs); larger"
-                       " ones cost at most k * --bucket_hubs pairs.")
-    dedup.add_argument("--bucket_hubs", type=int,
-                       default=_default("bucket_hubs"),
-                       help="In a bucket above --exhaustive_bucket_size,"
-                       " every distinct signature is compared with this many"
-                       " lowest ids.")
-    dedup.add_argument("--chain_guard", type=parse_bool,
-                       default=_default("chain_guard"),
-                       help="Remove a clustered document only if its exact"
-                       " Jaccard to the kept one reaches --threshold; the"
-                       " others stay in deduped/. true/false.")
+
+class _Only:
+  """An argument group that adds only the flags named in ``names``."""
+
+  def __init__(self, group, names):
+    self._group = group
+    self._names = frozenset(names)
+
+  def add_argument(self, flag, *args, **kwargs):
+    if flag[2:] in self._names:
+      self._group.add_argument(flag, *args, **kwargs)
+
+
+def add_io_arguments(parser) -> None:
+  """Adds the job's input and output flags (``--input``, ``--output``,
+  ``--input_format``, ``--text_field``, ``--id_field``, ``--overwrite``) to
+  an argparse parser; the offline tools share them with the job."""
+  io = parser.add_argument_group("input and output")
+  # Not argparse-required: Beam parses every registered options class for
+  # any pipeline in the process, and a required flag would break those.
+  io.add_argument("--input",
+                  help="Input file pattern(s), comma-separated; local or any"
+                  " Beam filesystem (gs://, s3://). Sorted by path.")
+  io.add_argument("--output",
+                  help="Output directory for deduped/, clusters/, rejected/,"
+                  " stats.json, report.json and report.html.")
+  io.add_argument("--input_format", default="auto",
+                  choices=("auto",) + FORMATS,
+                  help="auto picks by extension: .jsonl/.ndjson/.json,"
+                  " .parquet, anything else is text (one doc per line).")
+  io.add_argument("--text_field", default="text",
+                  help="JSONL field / Parquet column holding the text.")
+  io.add_argument("--id_field", default="id",
+                  help="Optional user id field, reported in clusters/.")
+  io.add_argument("--overwrite", type=parse_bool, default=False,
+                  help="Replace the outputs of an earlier run in --output.")
+
+
+def add_detection_arguments(parser, only: Sequence[str] = None) -> None:
+  """Adds the flag of every DedupConfig field (or of those in ``only``) to
+  an argparse parser, with the job's defaults and help."""
+  dedup = parser.add_argument_group("near-duplicate detection")
+  if only is not None:
+    dedup = _Only(dedup, only)
+  dedup.add_argument("--shingle_unit", default=_default("shingle_unit"),
+                     choices=SHINGLE_UNITS, help="word or char n-grams.")
+  dedup.add_argument("--ngram", type=int, default=_default("ngram"),
+                     help="Shingle size n (units per n-gram).")
+  dedup.add_argument("--num_perm", type=int, default=_default("num_perm"),
+                     help="MinHash permutations K (signature length).")
+  dedup.add_argument("--sketch", default=_default("sketch"),
+                     choices=SKETCHES,
+                     help="classic: K-permutation MinHash, O(n K) per"
+                     " document; oph: one-permutation hashing with optimal"
+                     " densification, O(n + K), same Jaccard estimator.")
+  dedup.add_argument("--bands", type=int, default=None,
+                     help="LSH bands b; with --rows, overrides --threshold's"
+                     " choice. b*rows <= num_perm.")
+  dedup.add_argument("--rows", type=int, default=None,
+                     help="Rows per band r.")
+  dedup.add_argument("--threshold", type=float,
+                     default=_default("threshold"),
+                     help="Jaccard similarity that makes a duplicate: picks"
+                     " bands/rows when not given and verifies candidates.")
+  dedup.add_argument("--fp_weight", type=float,
+                     default=_default("fp_weight"),
+                     help="Weight of false positives (candidate area below"
+                     " --threshold) when choosing b, r.")
+  dedup.add_argument("--fn_weight", type=float,
+                     default=_default("fn_weight"),
+                     help="Weight of false negatives (missed area above"
+                     " --threshold) when choosing b, r; the default 0.95"
+                     " over-generates candidates for verification.")
+  dedup.add_argument("--verify", default=_default("verify"),
+                     choices=VERIFY_MODES,
+                     help="exact: keep a candidate edge only if the true"
+                     " Jaccard of its shingle sets is >= --threshold;"
+                     " signature: if its estimated Jaccard is; none: keep"
+                     " all.")
+  dedup.add_argument("--seed", type=int, default=_default("seed"),
+                     help="Seed of every hash function (same on all"
+                     " workers).")
+  for name, text in (("nfkc", "Unicode NFKC normalisation."),
+                     ("lowercase", "Lowercase the text."),
+                     ("strip_punctuation",
+                      "Turn punctuation and symbols into spaces."),
+                     ("fold_digits", "Map every digit to 0.")):
+    dedup.add_argument(f"--{name}", type=parse_bool, default=_default(name),
+                       help=f"{text} true/false.")
+  dedup.add_argument("--min_tokens", type=int,
+                     default=_default("min_tokens"),
+                     help="Documents with fewer units are kept unclustered.")
+  dedup.add_argument("--keep", default=_default("keep"),
+                     choices=KEEP_POLICIES,
+                     help="Which document of a cluster is kept: first (lowest"
+                     " id = input order) or longest.")
+  dedup.add_argument("--max_cc_rounds", type=int,
+                     default=_default("max_cc_rounds"),
+                     help="Connected-component rounds unrolled in the graph.")
+  dedup.add_argument("--max_residual_edges", type=int,
+                     default=_default("max_residual_edges"),
+                     help="Most unsettled edges resolved by union-find after"
+                     " the rounds before the job fails.")
+  dedup.add_argument("--lsh_shards", type=int,
+                     default=_default("lsh_shards"),
+                     help="Shards of the band-key shuffle; raise for large"
+                     " corpora (aim for <= ~20M band keys per shard).")
+  dedup.add_argument("--exhaustive_bucket_size", type=int,
+                     default=_default("exhaustive_bucket_size"),
+                     help="LSH buckets of up to this many documents have"
+                     " all their pairs verified (k(k-1)/2 pairs); larger"
+                     " ones cost at most k * --bucket_hubs pairs.")
+  dedup.add_argument("--bucket_hubs", type=int,
+                     default=_default("bucket_hubs"),
+                     help="In a bucket above --exhaustive_bucket_size,"
+                     " every distinct signature is compared with this many"
+                     " lowest ids.")
+  dedup.add_argument("--chain_guard", type=parse_bool,
+                     default=_default("chain_guard"),
+                     help="Remove a clustered document only if its exact"
+                     " Jaccard to the kept one reaches --threshold; the"
+                     " others stay in deduped/. true/false.")
 
 
 REQUIRED_OPTIONS = ("input", "output")

@@ -21,7 +21,7 @@ from typing import List, Optional, Sequence, Tuple
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.documents import (InputFile, InputReadError, compression_of,
+from transforms.read import (InputFile, InputReadError, compression_of,
                                   expand_inputs, iter_lines, line_content,
                                   open_parquet)
 

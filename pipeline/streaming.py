@@ -29,7 +29,7 @@ from pipeline.engines import INSTALL_PRISM, find_prism
 from pipeline.options import DedupOptions, config_from_options
 from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
                                StreamConfig, parse_duration_ms)
-from transforms.documents import detect_format, iter_lines
+from transforms.read import detect_format, iter_lines
 from transforms.stream.dedup import DeduplicateStream
 from transforms.stream.messages import (REJECTED, ParseRecords, RawRecord,
                                         rejected_json, verdict_json)

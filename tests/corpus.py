@@ -61,7 +61,7 @@ def real_text_documents(max_files: int = 0) -> List[Tuple[str, str, str,
   differs between machines, so tests use the committed
   :func:`licence_corpus` built from it.
   """
-  from transforms.kernels.text import normalize_texts
+  from transforms.kernels.reference_text import normalize_texts
   ms = _make_sample()
   copyrights = sorted(p for p in glob.glob("/usr/share/doc/*/copyright")
                       if os.path.isfile(p) and not os.path.islink(p))

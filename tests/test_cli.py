@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipeline import truth
+from pipeline.tools import truth
 from pipeline.cli import main
 from transforms.config import DedupConfig
 from transforms.kernels.minhash import OPH_SCHEME

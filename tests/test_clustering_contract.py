@@ -22,8 +22,8 @@ from transforms import DedupConfig, NearDedup
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import minhash as minhash_kernels
-from transforms.kernels import signature as signature_kernels
-from transforms.signatures import normalize_options
+from transforms.kernels import compiled_signature as signature_kernels
+from transforms.sign import normalize_options
 
 pytestmark = pytest.mark.extended
 

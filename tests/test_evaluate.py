@@ -1,5 +1,5 @@
-"""pipeline.evaluate and pipeline.truth against independent brute force, and
-pipeline.params' output."""
+"""pipeline.tools.evaluate and pipeline.tools.truth against independent brute force, and
+pipeline.tools.params' output."""
 
 import itertools
 import json
@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from pipeline import evaluate, params, truth
+from pipeline.tools import evaluate, params, truth
 from transforms.config import DedupConfig
 
 
@@ -125,7 +125,7 @@ def test_figures_match_brute_force(tmp_path, capsys, seed):
 
 
 def dataclass_params(config):
-  from pipeline.graph import run_params  # pylint: disable=import-outside-toplevel
+  from pipeline.job import run_params  # pylint: disable=import-outside-toplevel
   return run_params(config)
 
 

@@ -4,7 +4,7 @@
   machine's license and copyright files); with only ``--threshold 0.8``
   (word 5-grams, K=128), documents must be clustered only through pairs that
   really are that similar: document-level F1 >= 0.995 and pair recall >= 0.99 against
-  pipeline.truth's exact kernel, precision 1.
+  pipeline.tools.truth's exact kernel, precision 1.
 * Seed-style corpus at ``--threshold 0.5``: the measured pair recall is
   within Z binomial standard errors of what the S-curve (and the verify
   mode) predicts for the truth pairs' similarities, and a run that lost 3%
@@ -17,7 +17,7 @@ import os
 import numpy as np
 import pytest
 
-from pipeline import evaluate, params, truth
+from pipeline.tools import evaluate, params, truth
 from pipeline.cli import main
 from tests.corpus import (chain_corpus, licence_corpus, read_jsonl,
                           read_manifest, seed_corpus, stats_of, write_jsonl)

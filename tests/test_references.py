@@ -14,7 +14,7 @@ import pytest
 from scipy import special
 
 import pipeline.cli
-from pipeline import params
+from pipeline.tools import params
 from tests.corpus import seed_corpus, tree_bytes, write_jsonl
 from transforms.config import DedupConfig
 from transforms.kernels import lsh
@@ -168,8 +168,8 @@ def test_edge_probability_matches_enumeration(verify, function, accepted):
 
 
 def test_predicted_recall_is_the_mean_enumerated_edge_probability():
-  from pipeline import evaluate  # pylint: disable=import-outside-toplevel
-  from pipeline.graph import run_params  # pylint: disable=import-outside-toplevel
+  from pipeline.tools import evaluate  # pylint: disable=import-outside-toplevel
+  from pipeline.job import run_params  # pylint: disable=import-outside-toplevel
   similarity = np.array([0.5, 0.55, 0.7, 0.95])
   for verify in ("exact", "signature"):
     config = DedupConfig(num_perm=8, bands=2, rows=3, threshold=0.5,

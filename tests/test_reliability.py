@@ -19,7 +19,7 @@ import zstandard
 from pipeline import preflight
 from pipeline.cli import main
 from pipeline.options import unknown_flags
-from transforms.documents import (InputFile, InputReadError, iter_lines,
+from transforms.read import (InputFile, InputReadError, iter_lines,
                                   read_file)
 from transforms.finalize import SUCCESS_FILE, read_success
 from transforms.write import NoTextFieldError, finalize_stats

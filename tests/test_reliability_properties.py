@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transforms.documents import Document, InputFile, Rejected, read_file
-from transforms.kernels import lsh, minhash, text
+from transforms.read import Document, InputFile, Rejected, read_file
+from transforms.kernels import lsh, minhash, reference_text
 from transforms.kernels.hashing import fmix64
-from transforms.kernels.signature import shingle_sets, signature_batch
+from transforms.kernels.compiled_signature import shingle_sets, signature_batch
 
 pytestmark = pytest.mark.extended
 
@@ -49,7 +49,7 @@ OPTIONS = st.fixed_dictionaries({
 
 def reference_signatures(texts, unit, ngram, seed, k, sketch, options):
   """Reference kernels: shingle_batch, then the matching MinHash kernel."""
-  shingles, offsets, counts = text.shingle_batch(
+  shingles, offsets, counts = reference_text.shingle_batch(
       texts, unit=unit, ngram=ngram, seed=seed, **options)
   sigs = np.full((len(counts), k), 0xFFFFFFFF, dtype=np.uint32)
   signed = np.flatnonzero(counts)
@@ -87,16 +87,16 @@ def test_compiled_signatures_equal_the_reference_on_any_unicode(
        ngram=st.integers(1, 4))
 def test_normalize_and_shingle_sets_are_deterministic_and_match(
     texts, options, unit, ngram):
-  normalized = text.normalize_texts(texts, **options).to_pylist()
-  assert normalized == text.normalize_texts(list(texts), **options).to_pylist()
+  normalized = reference_text.normalize_texts(texts, **options).to_pylist()
+  assert normalized == reference_text.normalize_texts(list(texts), **options).to_pylist()
   # Whitespace is collapsed and trimmed whatever the options.
   assert all(n == " ".join(n.split(" ")) and n == n.strip(" ")
              for n in normalized)
   values, offsets = shingle_sets(texts, unit=unit, ngram=ngram, seed=7,
                                  **options)
-  shingles, shingle_offsets, _ = text.shingle_batch(
+  shingles, shingle_offsets, _ = reference_text.shingle_batch(
       texts, unit=unit, ngram=ngram, seed=7, **options)
-  expected = text.unique_per_document(shingles, shingle_offsets)
+  expected = reference_text.unique_per_document(shingles, shingle_offsets)
   assert len(offsets) == len(texts) + 1
   for i, want in enumerate(expected):
     np.testing.assert_array_equal(values[offsets[i]:offsets[i + 1]], want)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipeline import graph
+from pipeline import job
 from pipeline.cli import main
 from tests.corpus import read_jsonl, seed_corpus, stats_of, write_jsonl
 from transforms import metrics
@@ -278,7 +278,7 @@ def test_counters_carry_progress_histograms_and_timings(tmp_path):
   out = str(tmp_path / "out")
   config = DedupConfig(ngram=3, bands=32, rows=4, threshold=0.4)
   p = beam.Pipeline(runner="FnApiRunner")
-  graph.build(p, [str(tmp_path / "in.jsonl")], out, config)
+  job.build(p, [str(tmp_path / "in.jsonl")], out, config)
   result = p.run()
   result.wait_until_finish()
   counters = {}

@@ -1,4 +1,4 @@
-"""The compiled signature stage (transforms/kernels/signature.py, jit.py)
+"""The compiled signature stage (transforms/kernels/signature.py, compiled.py)
 against the reference kernels it must reproduce bit for bit."""
 
 import random
@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 import xxhash
 
-from transforms.kernels import jit, minhash, text
-from transforms.kernels.signature import shingle_sets, signature_batch
+from transforms.kernels import compiled, minhash, reference_text
+from transforms.kernels.compiled_signature import shingle_sets, signature_batch
 
 OPTIONS = [{}, {"lowercase": False}, {"strip_punctuation": False},
            {"fold_digits": True}, {"nfkc": False},
@@ -26,8 +26,8 @@ SPECIAL = ("\ufb01\uff21\uff41\uff11\u3000\u0301\u0308\u1100\u1161\u11a8"
 
 
 def _reference(texts, unit, ngram, seed, k, sketch, **options):
-  """text.shingle_batch followed by the matching minhash kernel."""
-  shingles, offsets, counts = text.shingle_batch(
+  """reference_text.shingle_batch followed by the matching minhash kernel."""
+  shingles, offsets, counts = reference_text.shingle_batch(
       texts, unit=unit, ngram=ngram, seed=seed, **options)
   sigs = np.full((len(counts), k), 0xFFFFFFFF, dtype=np.uint32)
   signed = np.flatnonzero(counts)
@@ -57,10 +57,10 @@ def _random_texts(seed, n):
 
 def test_xxh3_matches_xxhash_for_every_inline_length():
   rng = np.random.default_rng(0)
-  for n in range(jit.XXH3_MAX_LEN + 1):
+  for n in range(compiled.XXH3_MAX_LEN + 1):
     buf = rng.integers(0, 256, size=n + 11, dtype=np.uint8)
     for seed in (0, 42, 2**63 - 25, int(rng.integers(0, 2**63))):
-      assert jit.xxh3_64(buf, 5, n, np.uint64(seed)) == (
+      assert compiled.xxh3_64(buf, 5, n, np.uint64(seed)) == (
           xxhash.xxh3_64_intdigest(buf[5:5 + n].tobytes(), seed)), (n, seed)
 
 
@@ -90,9 +90,9 @@ def test_shingle_sets_equal_the_reference_sets(unit, ngram, options):
   texts = _random_texts(2, 150) + ["a b a b a b", "x"]
   values, offsets = shingle_sets(texts, unit=unit, ngram=ngram, seed=9,
                                  **options)
-  shingles, shingle_offsets, _ = text.shingle_batch(
+  shingles, shingle_offsets, _ = reference_text.shingle_batch(
       texts, unit=unit, ngram=ngram, seed=9, **options)
-  expected = text.unique_per_document(shingles, shingle_offsets)
+  expected = reference_text.unique_per_document(shingles, shingle_offsets)
   assert len(offsets) == len(texts) + 1
   for i, want in enumerate(expected):
     np.testing.assert_array_equal(values[offsets[i]:offsets[i + 1]], want)
@@ -122,10 +122,10 @@ def test_every_code_point_normalises_like_the_reference(unit):
 def test_ascii_needs_no_scan():
   # The scan skips ASCII bytes: ASCII must be known, NFKC-stable and never
   # merge into a preceding character.
-  lower, props = text.codepoint_tables()
-  assert np.all(props[:128] & jit.KNOWN) and np.all(props[:128] & jit.STABLE)
+  lower, props = reference_text.codepoint_tables()
+  assert np.all(props[:128] & compiled.KNOWN) and np.all(props[:128] & compiled.STABLE)
   assert np.all(lower[:128] < 128)
-  assert min(text._composition_seconds()) >= 0x80  # pylint: disable=protected-access
+  assert min(reference_text._composition_seconds()) >= 0x80  # pylint: disable=protected-access
 
 
 def test_arrow_input_and_empty_batch():

@@ -8,7 +8,7 @@ import os
 import apache_beam as beam
 import pytest
 
-from pipeline import graph as job
+from pipeline import job
 from transforms.config import DedupConfig
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",

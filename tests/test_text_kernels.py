@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 import xxhash
 
-from transforms.kernels import text
+from transforms.kernels import reference_text
 from transforms.kernels.hashing import fmix64
-from transforms.kernels.text import (ngram_hashes, normalize_texts,
+from transforms.kernels.reference_text import (ngram_hashes, normalize_texts,
                                      shingle_batch, unique_per_document,
                                      unit_hashes)
 
@@ -268,7 +268,7 @@ def test_ngram_hashes_match_documented_fold(n):
 
 
 def test_golden_hashes():
-  assert text.SHINGLE_SCHEME == "xxh3-fold-fmix64-v1"
+  assert reference_text.SHINGLE_SCHEME == "xxh3-fold-fmix64-v1"
   shingles, offsets, counts = shingle_batch(
       ["The quick brown fox jumps over"], unit="word", ngram=3, seed=42)
   assert shingles.tolist() == [6360606798304997615, 17849846957961067636,

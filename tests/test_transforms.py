@@ -16,11 +16,11 @@ from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
                         ReadDocuments, SelectKept, Shingle, VerifyEdges,
                         VerifyExact)
 from transforms import metrics
-from transforms.documents import ROW_BITS, InputFile
+from transforms.read import ROW_BITS, InputFile
 from transforms.verify import ServeTextsFromFiles
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import minhash as mh
-from transforms.kernels import text as tk
+from transforms.kernels import reference_text as tk
 
 CONFIG = DedupConfig(ngram=3, num_perm=64, bands=16, rows=4, threshold=0.5)
 
@@ -289,7 +289,7 @@ def test_near_dedup_on_a_user_pcollection():
 
 def test_config_round_trips_through_json_params():
   # stats.json records the config; it must be JSON-serialisable as is.
-  from pipeline.graph import run_params
+  from pipeline.job import run_params
   params = run_params(CONFIG)
   assert json.loads(json.dumps(params))["bands"] == 16
   assert params["sketch"] == "classic"

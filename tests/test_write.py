@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from transforms import ClusterInfo, WriteResults, metrics
 from transforms import write as write_module
-from transforms.documents import InputFile, Rejected, make_doc_id
+from transforms.read import InputFile, Rejected, make_doc_id
 
 
 def _run(files, clusters, rejected, out):

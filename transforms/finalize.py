@@ -87,8 +87,8 @@ def finalize_output(report: dict, staging: str, output: str, names,
   success = {
       "counts": {name: stats.get(name, 0) for name in _COUNTS},
       "balanced": stats.get("balanced"),
-      # The report files are re-rendered by the launcher (wall time); the
-      # data files are final.
+      # The report files carry measured timings, so their sizes differ run
+      # to run; the data files' sizes are the same for the same input.
       "files": {name: size for name, size in sorted(moved.items())
                 if not name.startswith("report.")},
   }

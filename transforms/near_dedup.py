@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from transforms.band import BandKey
+from transforms.collide import FindCandidates
 from transforms.components import ConnectedComponents
 from transforms.config import DedupConfig
-from transforms.lsh import (BandKey, FindCandidates, ReduceUnverified,
-                            explode_edges)
+from transforms.explain import ExplainClusters
 from transforms.select import SelectKept
-from transforms.signatures import ComputeSignatures
-from transforms.verify import ExplainClusters, VerifyEdges, VerifyExact
+from transforms.sign import ComputeSignatures
+from transforms.verify import (ReduceUnverified, VerifyEdges, VerifyExact,
+                               explode_edges)
 
 
 class NearDedup(beam.PTransform):

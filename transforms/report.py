@@ -4,13 +4,15 @@ so they exist on runners whose launcher does not wait for the job."""
 from __future__ import annotations
 
 import json
+import time
+from typing import Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
 from transforms import report_render
-from transforms.documents import read_file, split_doc_id
+from transforms.read import read_file, split_doc_id
 from transforms.report_render import LARGEST_CLUSTERS, MEMBERS_SHOWN
 
 REPORT_JSON = "report.json"
@@ -32,12 +34,27 @@ class WriteReport(beam.PTransform):
   kept document is combined where the members are; a cluster whose minimum
   is below ``threshold`` is held together by a chain (counted for all
   clusters, flagged for the shown ones).
+
+  Args:
+    output: the folder the two files are written to (each under a temporary
+      name, then renamed, so neither is ever seen half written).
+    text_field: the JSONL field / Parquet column of the texts.
+    id_field: the user id field shown next to each snippet.
+    threshold: the run's Jaccard threshold (what a chain is below).
+    started: the launch time (``time.time()``) when known: the report's
+      ``wall_seconds`` is the time from it to the report, measured where
+      the report is written.
+
+  Returns:
+    A PCollection of the one report dict.
   """
 
   def __init__(self, output: str, text_field: str = "text",
-               id_field: str = "id", threshold: float = 1.0):
+               id_field: str = "id", threshold: float = 1.0,
+               started: Optional[float] = None):
     super().__init__()
     self._output = output
+    self._started = started
     self._text_field = text_field
     self._id_field = id_field
     self._threshold = threshold
@@ -88,7 +105,7 @@ class WriteReport(beam.PTransform):
         _write, self._output, beam.pvalue.AsSingleton(timings),
         beam.pvalue.AsSingleton(largest), beam.pvalue.AsList(members),
         beam.pvalue.AsList(snippets), beam.pvalue.AsList(largest_min),
-        beam.pvalue.AsSingleton(chains), self._threshold)
+        beam.pvalue.AsSingleton(chains), self._threshold, self._started)
 
 
 def _size_then_lowest_id(cluster):
@@ -134,21 +151,34 @@ class _ReadSnippetsFn(beam.DoFn):
 
 
 def _write(stats, output, timings, largest, members, snippets, largest_min,
-           chains, threshold):
+           chains, threshold, started):
   shown = {cluster_id: [(doc_id, not other, similarity, chain_kept)
                         for other, doc_id, similarity, chain_kept in firsts]
            for cluster_id, firsts in members}
   report = report_render.assemble(stats, timings, largest, shown,
                                   dict(snippets), dict(largest_min), chains,
                                   threshold)
+  if started is not None:
+    report["wall_seconds"] = round(time.time() - started, 3)
   write_report_files(output, report)
   return report
 
 
 def write_report_files(output: str, report: dict) -> None:
-  """Writes ``report.json`` and its rendering ``report.html``."""
-  with FileSystems.create(FileSystems.join(output, REPORT_JSON)) as handle:
-    handle.write(json.dumps(report, indent=2, ensure_ascii=False,
-                            default=str).encode("utf-8") + b"\n")
-  with FileSystems.create(FileSystems.join(output, REPORT_HTML)) as handle:
-    handle.write(report_render.render_html(report).encode("utf-8"))
+  """Writes ``report.json`` and its rendering ``report.html``, each under a
+  temporary name first and then renamed into place."""
+  rendered = {
+      REPORT_JSON: json.dumps(report, indent=2, ensure_ascii=False,
+                              default=str).encode("utf-8") + b"\n",
+      REPORT_HTML: report_render.render_html(report).encode("utf-8"),
+  }
+  for name, data in rendered.items():
+    path = FileSystems.join(output, name)
+    # A retried bundle may find its own temporary file from the last try.
+    if FileSystems.exists(path + ".tmp"):
+      FileSystems.delete([path + ".tmp"])
+    with FileSystems.create(path + ".tmp") as handle:
+      handle.write(data)
+    if FileSystems.exists(path):
+      FileSystems.delete([path])
+    FileSystems.rename([path + ".tmp"], [path])

@@ -1,8 +1,8 @@
 """The run report as data (``report.json``) and as one self-contained HTML
 page (``report.html``: inline CSS and SVG, no script, nothing fetched).
 
-Pure Python (no Beam import): the pipeline builds the report on a worker and
-the CLI re-renders it locally after adding the job's wall time.
+Pure Python (no Beam import): the job assembles and renders the report on a
+worker, once (wall time included when the launcher passed its start time).
 """
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ def _timings(seconds: Dict[str, float], wall) -> str:
   parts = []
   if wall is not None:
     parts.append(f'<p>Job wall time: <b data-stat="wall_seconds">'
-                 f"{wall:,.1f} s</b> (measured by the CLI).</p>")
+                 f"{wall:,.1f} s</b> (from the launch to this report).</p>")
   if not seconds:
     parts.append('<p class="note">No stage took a whole millisecond.</p>')
     return "\n".join(parts)

@@ -2,14 +2,17 @@
 agreement (:class:`VerifyEdges`) or by the exact Jaccard of the shingle sets
 (:class:`VerifyExact`). Only edges that pass join the duplicate graph.
 
-Both work on edge batches (see :mod:`transforms.lsh`) and never collect ids
-in one place: each candidate edge's shard asks the shards (or input files)
-that own its endpoints for their values, and compares them when they arrive.
+Both work on edge batches (see :mod:`transforms.collide`) and never collect
+ids in one place: each candidate edge's shard asks the shards (or input
+files) that own its endpoints for their values, and compares them when they
+arrive. ``--verify none`` is :class:`ReduceUnverified`.
+
+* verified edge batch: ``(edge shard, (src, dst, similarity float64[m]))``,
+  a spanning forest of the pairs that passed (similarity NaN if unknown)
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Tuple
 
 import apache_beam as beam
@@ -17,17 +20,18 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.documents import (ROW_BITS, InputChangedError, make_doc_id,
+from transforms.read import (ROW_BITS, InputChangedError, make_doc_id,
                                   read_file, read_texts)
+from transforms.kernels import graph as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
-from transforms.kernels import signature as signature_kernels
-from transforms.lsh import concat_arrays, forest_batch
-from transforms.signatures import normalize_options
+from transforms.kernels import compiled_signature as signature_kernels
+from transforms.collide import concat_arrays
+from transforms.sign import normalize_options
 
 REMOVED_STAT = "verify_removed_edges"
-_VALUE, _WANT, _EDGES, _FILE = "value", "want", "edges", "file"
-_MAX_TEXT_BATCH = 4096
+_VALUE, _WANT, EDGES_TAG, _FILE = "value", "want", "edges", "file"
+MAX_TEXT_BATCH = 4096
 
 
 class VerifyEdges(beam.PTransform):
@@ -35,7 +39,7 @@ class VerifyEdges(beam.PTransform):
   edge batches ``(shard, (src, dst, similarity))``: a spanning forest of the
   edges whose estimated Jaccard (fraction of equal signature entries) is >=
   the threshold, the most similar edges first (see
-  :func:`~transforms.lsh.forest_batch`). Every signature is shuffled once,
+  :func:`forest_batch`). Every signature is shuffled once,
   to its document's shard, which forwards just the ones candidate edges
   need. Returns ``{"edges",
   "counts"}`` (``verified_edges``, ``verify_removed_edges``)."""
@@ -84,7 +88,7 @@ class VerifyExact(beam.PTransform):
     n = self._config.lsh_shards
     if self._texts is None:
       served = ({"docs": inputs["docs"], "edges": inputs["edges"]}
-                | "ServeTextsFromDocs" >> _ServeTextsFromDocs(n))
+                | "ServeTextsFromDocs" >> ServeTextsFromDocs(n))
     else:
       served = inputs["edges"] | "ServeTexts" >> self._texts
     compared = ({"values": served["values"], "edges": inputs["edges"]}
@@ -100,7 +104,7 @@ class ServeTextsFromFiles(beam.PTransform):
   files: requests are grouped by file, and each file is read once, parsing
   only the requested rows. No document text goes through a shuffle until it
   is a candidate. ``files`` is the :class:`InputFile` PCollection of
-  :class:`~transforms.documents.ReadDocuments`. With ``id_field``, each
+  :class:`~transforms.read.ReadDocuments`. With ``id_field``, each
   value is a ``(text, user id)`` pair (every row up to the last requested
   one is parsed)."""
 
@@ -125,7 +129,7 @@ class ServeTextsFromFiles(beam.PTransform):
     return {"values": served.values, "counts": served[metrics.COUNTS]}
 
 
-class _ServeTextsFromDocs(beam.PTransform):
+class ServeTextsFromDocs(beam.PTransform):
 
   def __init__(self, num_shards: int):
     super().__init__()
@@ -134,7 +138,7 @@ class _ServeTextsFromDocs(beam.PTransform):
   def expand(self, inputs):
     routed = (inputs["docs"]
               | "BatchDocs" >> beam.BatchElements(
-                  min_batch_size=64, max_batch_size=_MAX_TEXT_BATCH)
+                  min_batch_size=64, max_batch_size=MAX_TEXT_BATCH)
               | "ToArrays" >> beam.Map(_text_batch)
               | "RouteTexts" >> beam.ParDo(
                   _RouteFn(self._num_shards, "verify_texts")).with_outputs(
@@ -219,10 +223,10 @@ class _ServeFn(beam.DoFn):
 
   def process(self, element):
     _, tagged = element
-    ids, values, wants = _partition(tagged)
+    ids, values, wants = partition_tagged(tagged)
     if not wants:
       return
-    ids, values = _sorted_values(ids, values)
+    ids, values = sorted_values(ids, values)
     for wanted, edge_shard in wants:
       found = values[lsh_kernels.rows_of(ids, wanted)]
       yield metrics.shuffled("verify_endpoints",
@@ -230,7 +234,7 @@ class _ServeFn(beam.DoFn):
       yield edge_shard, (_VALUE, wanted, found)
 
 
-def _partition(tagged):
+def partition_tagged(tagged):
   """``(ids, values, others)`` of a group's tagged elements: the id and value
   arrays of the ``_VALUE`` ones, the rest without their tag."""
   ids, values, others = [], [], []
@@ -243,7 +247,7 @@ def _partition(tagged):
   return ids, values, others
 
 
-def _sorted_values(ids, values):
+def sorted_values(ids, values):
   ids = np.concatenate(ids)
   order = np.argsort(ids, kind="stable")
   return ids[order], np.concatenate(values)[order]
@@ -324,7 +328,7 @@ class _Compare(beam.PTransform):
 
   def expand(self, inputs):
     tagged_edges = inputs["edges"] | "TagEdges" >> beam.Map(
-        lambda kv: (kv[0], (_EDGES, kv[1])))
+        lambda kv: (kv[0], (EDGES_TAG, kv[1])))
     compared = ((inputs["values"], tagged_edges)
                 | "FlattenEdges" >> beam.Flatten()
                 | "GroupEdgeEnds" >> beam.GroupByKey()
@@ -353,12 +357,12 @@ class _CompareFn(beam.DoFn):
 
   def process(self, element):
     shard, tagged = element
-    ids, values, edges = _partition(tagged)
+    ids, values, edges = partition_tagged(tagged)
     if not edges:
       return
     self._meter.start()
     src, dst = concat_arrays(e for (e,) in edges)
-    ids, values = _sorted_values(ids, values)
+    ids, values = sorted_values(ids, values)
     passed, similarity = self.passes(ids, values,
                                      lsh_kernels.rows_of(ids, src),
                                      lsh_kernels.rows_of(ids, dst))
@@ -403,183 +407,38 @@ def exact_overlaps(config: DedupConfig, texts, src_rows, dst_rows):
   return inter, sizes[src_rows] + sizes[dst_rows] - inter
 
 
-class ExplainClusters(beam.PTransform):
-  """``{"clusters", "edges", "docs"}`` → ``(doc_id, ClusterInfo)`` with the
-  explanation of every clustered document that is not the kept one.
-
-  ``clusters`` come from :class:`~transforms.select.SelectKept`, ``edges``
-  are the verified edge batches the clusters were built from. Each such
-  document is matched with a neighbour on a verified edge (the kept
-  document when they share one, else the most similar neighbour, then the
-  lowest id); the exact Jaccard to that neighbour and to the kept document
-  are computed from the texts (``texts``: a source of ``(text, user id)``
-  pairs such as :class:`ServeTextsFromFiles` with an ``id_field``; by
-  default the ``docs`` texts are routed, without user ids). With ``config.chain_guard``
-  a document whose Jaccard to the kept one is below the threshold is kept
-  (``chain_kept``). Counts: ``chain_docs`` (clustered, not kept, below the
-  threshold to the kept document) and ``chain_kept``.
-  """
-
-  def __init__(self, config: DedupConfig, texts: beam.PTransform = None):
-    super().__init__()
-    self._config = config
-    self._texts = texts
-
-  def expand(self, inputs):
-    n = self._config.lsh_shards
-    chosen = ({"info": inputs["clusters"],
-               "edge": inputs["edges"] | "EdgeEnds" >> beam.FlatMap(
-                   _edge_ends)}
-              | "JoinNeighbours" >> beam.CoGroupByKey()
-              | "ChooseMatched" >> beam.ParDo(_ChooseMatchedFn())
-              .with_outputs(_ASKED, main="kept"))
-    pairs = (chosen[_ASKED]
-             | "PairsToCompare" >> beam.FlatMap(_pairs_to_compare)
-             | "BatchPairs" >> beam.BatchElements(
-                 min_batch_size=64, max_batch_size=_MAX_TEXT_BATCH)
-             | "PairBatches" >> beam.FlatMap(_pair_batches, n))
-    if self._texts is None:
-      served = ({"docs": inputs["docs"], "edges": pairs}
-                | "ServeTextsFromDocs" >> _ServeTextsFromDocs(n))
-    else:
-      served = pairs | "ServeTexts" >> self._texts
-    tagged_pairs = pairs | "TagPairs" >> beam.Map(
-        lambda kv: (kv[0], (_EDGES, kv[1])))
-    measured = ((served["values"], tagged_pairs)
-                | "FlattenPairs" >> beam.Flatten()
-                | "GroupPairEnds" >> beam.GroupByKey()
-                | "ExactJaccard" >> beam.ParDo(_JaccardFn(self._config))
-                | "ByDocument" >> beam.FlatMap(_by_document))
-    explained = ({"asked": chosen[_ASKED] | "KeyAsked" >> beam.Map(
-                     lambda a: (a[0], a[1:])),
-                  "measured": measured}
-                 | "JoinMeasured" >> beam.CoGroupByKey()
-                 | "Explain" >> beam.ParDo(_ExplainFn(self._config))
-                 .with_outputs(metrics.COUNTS, main="clusters"))
-    clusters = ((chosen.kept, explained.clusters)
-                | "AllClusters" >> beam.Flatten())
-    return {"clusters": clusters,
-            "counts": (served["counts"], explained[metrics.COUNTS])
-                      | "FlattenCounts" >> beam.Flatten()}
+def forest_batch(shard, src, dst, similarity):
+  """The verified edge batch ``(shard, (src, dst, similarity))`` of one
+  shard's edges that passed: only a maximum-similarity spanning forest of
+  them (real edges, the same connected components, at most nodes - 1 edges
+  however dense the buckets were), with its ``graph_edges`` count."""
+  keep = graph_kernels.spanning_forest(src, dst, similarity)
+  yield metrics.count_tag("graph_edges", int(keep.sum()))
+  yield shard, (src[keep], dst[keep], similarity[keep])
 
 
-_ASKED = "asked"
+class ReduceUnverified(beam.PTransform):
+  """Candidate edge batches → verified edge batches without verification
+  (``--verify none``): every candidate passes, similarity unknown (NaN).
+  Returns ``{"edges", "counts"}``."""
+
+  def expand(self, edges):
+    out = edges | "SpanningForest" >> beam.ParDo(
+        _ReduceFn()).with_outputs(metrics.COUNTS, main="edges")
+    return {"edges": out.edges, "counts": out[metrics.COUNTS]}
 
 
-def _edge_ends(element):
-  _, (src, dst, similarity) = element
-  for a, b, sim in zip(src.tolist(), dst.tolist(), similarity.tolist()):
-    yield a, (b, sim)
-    yield b, (a, sim)
-
-
-def _matched(kept_doc_id, neighbours):
-  """The neighbour a document is explained by: the kept document if it is
-  one, else the most similar (unknown similarity last), then lowest id."""
-  if any(other == kept_doc_id for other, _ in neighbours):
-    return kept_doc_id
-  return min(neighbours, key=lambda e: (
-      -e[1] if not math.isnan(e[1]) else math.inf, e[0]))[0]
-
-
-class _ChooseMatchedFn(beam.DoFn):
-  """Kept documents pass through; every other one is asked about as
-  ``(doc_id, info, matched doc id)``."""
+@beam.typehints.with_output_types(Tuple[int, Any])
+class _ReduceFn(beam.DoFn):
 
   def process(self, element):
-    node, grouped = element
-    infos = list(grouped["info"])
-    if not infos:
-      return
-    info = infos[0]
-    if info.kept:
-      yield node, info
-      return
-    yield beam.pvalue.TaggedOutput(_ASKED, (
-        node, info, _matched(info.kept_doc_id, list(grouped["edge"]))))
+    shard, (src, dst) = element
+    yield metrics.count_tag("verified_edges", len(src))
+    yield from forest_batch(shard, src, dst,
+                            np.full(len(src), np.nan))
 
 
-def _pairs_to_compare(asked):
-  node, info, matched = asked
-  yield node, matched
-  if matched != info.kept_doc_id:
-    yield node, info.kept_doc_id
-
-
-def _pair_batches(batch, num_shards):
-  """``(doc, other)`` pairs → pair batches ``(shard, (docs, others))`` by
-  the shard of the document."""
-  docs = np.fromiter((d for d, _ in batch), dtype=np.int64, count=len(batch))
-  others = np.fromiter((o for _, o in batch), dtype=np.int64,
-                       count=len(batch))
-  for shard, (d, o) in lsh_kernels.split_by_shard(
-      lsh_kernels.node_shard(docs, num_shards), docs, others):
-    yield shard, (d, o)
-
-
-class _JaccardFn(beam.DoFn):
-  """``(doc, other, jaccard, reaches threshold, other's user id)`` of every
-  pair of one pair shard, exactly."""
-
-  def __init__(self, config: DedupConfig):
-    self._config = config
-
-  def process(self, element):
-    _, tagged = element
-    ids, values, pairs = _partition(tagged)
-    if not pairs:
-      return
-    docs, others = concat_arrays(p for (p,) in pairs)
-    ids, values = _sorted_values(ids, values)
-    texts, user_ids = _texts_and_user_ids(values)
-    doc_rows = lsh_kernels.rows_of(ids, docs)
-    other_rows = lsh_kernels.rows_of(ids, others)
-    inter, union = exact_overlaps(self._config, texts, doc_rows, other_rows)
-    reaches = jaccard_kernels.meets_threshold(inter, union,
-                                              self._config.threshold)
-    yield (docs, others, inter / np.maximum(union, 1), reaches,
-           user_ids[other_rows])
-
-
-def _texts_and_user_ids(values):
-  texts = np.empty(len(values), dtype=object)
-  user_ids = np.empty(len(values), dtype=object)
-  for i, value in enumerate(values):
-    texts[i], user_ids[i] = value if isinstance(value, tuple) else (value,
-                                                                    None)
-  return texts, user_ids
-
-
-def _by_document(measured):
-  docs, others, similarity, reaches, user_ids = measured
-  for doc, other, sim, ok, user_id in zip(
-      docs.tolist(), others.tolist(), similarity.tolist(), reaches.tolist(),
-      user_ids.tolist()):
-    yield doc, (other, sim, ok, user_id)
-
-
-class _ExplainFn(beam.DoFn):
-
-  def __init__(self, config: DedupConfig):
-    self._config = config
-
-  def setup(self):
-    self._counts = metrics.BundleCounts()
-
-  def finish_bundle(self):
-    return self._counts.flush()
-
-  def process(self, element):
-    node, grouped = element
-    (info, matched), = grouped["asked"]
-    measured = {other: rest for other, *rest in grouped["measured"]}
-    matched_sim, _, matched_id = measured[matched]
-    kept_sim, reaches, _ = measured[info.kept_doc_id]
-    chain = not reaches
-    guarded = chain and self._config.chain_guard
-    self._counts.add("chain_docs", int(chain))
-    self._counts.add("chain_kept", int(guarded))
-    yield node, info._replace(
-        kept=guarded, matched_doc_id=matched, matched_id=matched_id,
-        matched_jaccard=matched_sim, jaccard_to_kept=kept_sim,
-        chain_kept=guarded)
+def explode_edges(element):
+  """A verified edge batch as ``(src, dst)`` int pairs."""
+  _, (src, dst, _) = element
+  return zip(src.tolist(), dst.tolist())

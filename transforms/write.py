@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
-from transforms.documents import (ROW_BITS, InputChangedError,
+from transforms.read import (ROW_BITS, InputChangedError,
                                   check_unchanged, iter_parquet_batches,
                                   iter_raw_lines, line_content, make_doc_id,
                                   open_parquet, split_doc_id)
@@ -45,7 +45,7 @@ class WriteResults(beam.PTransform):
   byte for byte), so the documents themselves never go through a shuffle:
   only the clustered and rejected rows are grouped by file. A file whose
   size changed since it was matched fails the job
-  (:class:`~transforms.documents.InputChangedError`). Returns the ``kept``,
+  (:class:`~transforms.read.InputChangedError`). Returns the ``kept``,
   ``removed``, ``rejected`` and ``rejected_<reason>`` counts.
   """
 

@@ -6,8 +6,8 @@ is the intended operation, not an overflow.
 
 import numpy as np
 
-_M1 = np.uint64(0xFF51AFD7ED558CCD)
-_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+FMIX_M1 = np.uint64(0xFF51AFD7ED558CCD)
+FMIX_M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -16,9 +16,9 @@ def fmix64(h: np.ndarray) -> np.ndarray:
   """MurmurHash3's 64-bit finaliser: a bijection with full avalanche."""
   h = np.asarray(h, dtype=np.uint64)
   h = h ^ (h >> _S33)
-  h = h * _M1
+  h = h * FMIX_M1
   h = h ^ (h >> _S33)
-  h = h * _M2
+  h = h * FMIX_M2
   return h ^ (h >> _S33)
 
 

@@ -1,7 +1,7 @@
 """Exact Jaccard similarity of shingle sets: for given pairs of documents, and
 for all pairs of a corpus at or above a threshold (ground truth).
 
-Sets use the flat layout of :mod:`transforms.kernels.text`: ``values`` holds
+Sets use the flat layout of :mod:`transforms.kernels.reference_text`: ``values`` holds
 every document's distinct elements concatenated, document i owns
 ``values[offsets[i]:offsets[i+1]]``.
 """

@@ -31,7 +31,7 @@ from typing import Tuple
 
 import numpy as np
 
-from transforms.kernels import jit
+from transforms.kernels import compiled
 from transforms.kernels.hashing import seeded_uint64
 
 MINHASH_SCHEME = "multiply-add-shift-u32-v1"
@@ -78,7 +78,7 @@ def _sketch(shingles, offsets, k, a, b, oph, seed):
     raise ValueError("every document needs at least one shingle")
   out = np.empty((n_docs, k), dtype=np.uint32)
   if n_docs:
-    jit.sketch_rows(np.ascontiguousarray(shingles, dtype=np.uint64), offsets,
+    compiled.sketch_rows(np.ascontiguousarray(shingles, dtype=np.uint64), offsets,
                     0, np.uint64(0), oph, np.ascontiguousarray(a, np.uint64),
                     np.ascontiguousarray(b, np.uint64), *oph_keys(seed), out)
   return out

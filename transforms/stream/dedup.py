@@ -32,9 +32,9 @@ from transforms import metrics
 from transforms.config import StreamConfig
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import minhash as minhash_kernels
-from transforms.kernels import signature as signature_kernels
+from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import stream as stream_kernels
-from transforms.signatures import normalize_options
+from transforms.sign import normalize_options
 from transforms.stream.elements import (Answer, AnswerCoder, Arrival,
                                         ArrivalCoder, BandEntry,
                                         BandEntryCoder, Member, MemberCoder,

@@ -12,7 +12,7 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms import metrics
-from transforms.documents import Rejected, parse_record
+from transforms.read import Rejected, parse_record
 from transforms.stream.elements import StreamDocument, StreamRejected, Verdict
 
 REJECTED = "rejected"

@@ -5,7 +5,7 @@ on-disk cache): :func:`scan_codepoints` (which documents need NFKC or new
 table entries), :func:`text_units` (normalise, split and hash units) and
 :func:`sketch_rows` (fold units into n-gram shingles, then classic MinHash or
 one-permutation hashing). All release the GIL. They reproduce the schemes
-documented in ``text.py`` and ``minhash.py`` bit for bit; tests compare them
+documented in ``reference_text.py`` and ``minhash.py`` bit for bit; tests compare them
 with the reference implementations (``xxhash``, pyarrow, numpy, Python).
 """
 
@@ -14,12 +14,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from transforms.kernels.hashing import FMIX_M1, FMIX_M2, GOLDEN
+
 _U64 = np.uint64
 _MASK32 = np.uint64(0xFFFFFFFF)
 _EMPTY = np.uint64(1 << 32)  # above every 32-bit value: marks an empty bin
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_FM1 = np.uint64(0xFF51AFD7ED558CCD)
-_FM2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 # xxHash 0.8 (XXH3) constants and its default 192-byte secret.
 _P64_1 = np.uint64(0x9E3779B185EBCA87)
@@ -49,9 +48,9 @@ XXH3_MAX_LEN = 240
 @numba.njit(cache=True, nogil=True)
 def _fmix64(h):
   h ^= h >> _U64(33)
-  h *= _FM1
+  h *= FMIX_M1
   h ^= h >> _U64(33)
-  h *= _FM2
+  h *= FMIX_M2
   return h ^ (h >> _U64(33))
 
 
@@ -335,7 +334,7 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
   """Signature rows of the documents ``units[offsets[i]:offsets[i+1]]``.
 
   With ``ngram >= 1`` the units are first folded into n-gram shingles (the
-  ``text.py`` scheme; fewer than n units give one shingle over all of them);
+  ``reference_text.py`` scheme; fewer than n units give one shingle over all of them);
   with ``ngram == 0`` they already are shingles. ``oph`` false: classic
   MinHash with the permutations ``(a, b)`` (the ``minhash.py`` scheme); true:
   one-permutation hashing into ``out.shape[1]`` bins keyed by ``oph_key``,
@@ -367,11 +366,11 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
     else:
       length = min(ngram, n)
       m = n - length + 1
-      init = (_U64(length) * _GOLDEN) ^ seed
+      init = (_U64(length) * GOLDEN) ^ seed
       for j in range(m):
         h = init
         for t in range(length):
-          h = (h ^ units[start + j + t]) * _GOLDEN
+          h = (h ^ units[start + j + t]) * GOLDEN
         shingles[j] = _fmix64(h)
     if not oph:
       row[:] = _MASK32

@@ -1,16 +1,9 @@
-"""BandKey → GroupByKey collision → candidate edges (verified in
-:mod:`transforms.verify`).
+"""FindCandidates: band-key shards → GroupByKey collision → distinct
+candidate edge batches (Collide; verified next in :mod:`transforms.verify`).
 
-Everything from signatures to verified edges moves as numpy arrays, one
-element per (batch, shard): the shuffles carry a few large elements, never
-one per document, band or edge.
-
-* signature batch: ``(ids int64[n], signatures uint32[n, K])``
 * edge batch: ``(edge shard, (src int64[m], dst int64[m]))`` with src < dst;
   candidate pairs are in the shard (:func:`lsh_kernels.node_shard`) of the
   smallest id of the bucket that found them
-* verified edge batch: ``(edge shard, (src, dst, similarity float64[m]))``,
-  a spanning forest of the pairs that passed (similarity NaN if unknown)
 """
 
 from __future__ import annotations
@@ -22,58 +15,7 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.kernels import graph as graph_kernels
 from transforms.kernels import lsh as lsh_kernels
-
-
-class BandKey(beam.PTransform):
-  """Signature batches → ``(shard, (keys uint64[m], ids int64[m], digests
-  uint64[m]))``.
-
-  Each document gets one stable 64-bit key per band (hash of band index and
-  the band's r values), sent with the digest of its whole signature (what
-  :class:`FindCandidates` collapses identical documents by in large
-  buckets). Keys are routed to ``config.lsh_shards`` shards by their high
-  bits. Returns ``{"keys", "counts"}``.
-  """
-
-  def __init__(self, config: DedupConfig):
-    super().__init__()
-    self._config = config
-
-  def expand(self, signature_batches):
-    out = signature_batches | "ComputeBandKeys" >> beam.ParDo(
-        _BandKeyFn(self._config)).with_outputs(metrics.COUNTS, main="keys")
-    return {"keys": out.keys, "counts": out[metrics.COUNTS]}
-
-
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _BandKeyFn(beam.DoFn):
-
-  def __init__(self, config: DedupConfig):
-    self._config = config
-
-  def setup(self):
-    self._meter = metrics.StageMeter("band_keys", "documents")
-
-  def process(self, batch):
-    c = self._config
-    ids, sigs = batch
-    self._meter.start()
-    keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
-    digests = np.repeat(lsh_kernels.signature_digests(sigs, c.seed), c.bands)
-    ids = np.repeat(ids, c.bands)
-    shards = list(lsh_kernels.split_by_shard(
-        lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids, digests))
-    self._meter.stop()
-    self._meter.done(len(sigs))
-    yield metrics.shuffled("band_keys",
-                           keys.nbytes + ids.nbytes + digests.nbytes)
-    for shard, parts in shards:
-      yield shard, tuple(parts)
-
-  def finish_bundle(self):
-    return self._meter.flush()
 
 
 class FindCandidates(beam.PTransform):
@@ -167,40 +109,3 @@ class _DistinctFn(beam.DoFn):
     src, dst = lsh_kernels.distinct_edges(*concat_arrays(parts))
     yield metrics.count_tag("candidate_edges", len(src))
     yield shard, (src, dst)
-
-
-def forest_batch(shard, src, dst, similarity):
-  """The verified edge batch ``(shard, (src, dst, similarity))`` of one
-  shard's edges that passed: only a maximum-similarity spanning forest of
-  them (real edges, the same connected components, at most nodes - 1 edges
-  however dense the buckets were), with its ``graph_edges`` count."""
-  keep = graph_kernels.spanning_forest(src, dst, similarity)
-  yield metrics.count_tag("graph_edges", int(keep.sum()))
-  yield shard, (src[keep], dst[keep], similarity[keep])
-
-
-class ReduceUnverified(beam.PTransform):
-  """Candidate edge batches → verified edge batches without verification
-  (``--verify none``): every candidate passes, similarity unknown (NaN).
-  Returns ``{"edges", "counts"}``."""
-
-  def expand(self, edges):
-    out = edges | "SpanningForest" >> beam.ParDo(
-        _ReduceFn()).with_outputs(metrics.COUNTS, main="edges")
-    return {"edges": out.edges, "counts": out[metrics.COUNTS]}
-
-
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _ReduceFn(beam.DoFn):
-
-  def process(self, element):
-    shard, (src, dst) = element
-    yield metrics.count_tag("verified_edges", len(src))
-    yield from forest_batch(shard, src, dst,
-                            np.full(len(src), np.nan))
-
-
-def explode_edges(element):
-  """A verified edge batch as ``(src, dst)`` int pairs."""
-  _, (src, dst, _) = element
-  return zip(src.tolist(), dst.tolist())

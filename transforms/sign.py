@@ -9,8 +9,8 @@ import numpy as np
 from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.kernels import minhash as minhash_kernels
-from transforms.kernels import signature as signature_kernels
-from transforms.kernels import text as text_kernels
+from transforms.kernels import compiled_signature as signature_kernels
+from transforms.kernels import reference_text as text_kernels
 
 _MIN_BATCH = 64
 _MAX_BATCH = 4096
@@ -187,7 +187,7 @@ class ComputeSignatures(beam.PTransform):
   and MinHash fused per batch of up to 4096 documents.
 
   ``signatures`` holds signature batches ``(ids int64[n], uint32[n, K])``
-  (see :mod:`transforms.lsh`); ``counts`` the ``docs_signed``,
+  (see :mod:`transforms.band`); ``counts`` the ``docs_signed``,
   ``docs_empty`` and ``docs_too_short`` stats."""
 
   def __init__(self, config: DedupConfig):

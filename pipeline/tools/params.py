@@ -1,6 +1,6 @@
 """What ``--threshold`` chooses, and the S-curve behind it.
 
-``python -m pipeline.params --threshold 0.8 --num-perm 128 [--plot
+``python -m pipeline.tools.params --threshold 0.8 --num-perm 128 [--plot
 scurve.png]`` prints the chosen bands and rows (the job's own choice, same
 flags and defaults), the approximate S-curve threshold (1/b)^(1/r) and, at a
 few similarities, P(candidate) = 1-(1-s^r)^b and P(edge): the probability
@@ -11,12 +11,13 @@ marked.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import List, Optional
 
 import numpy as np
 
+from pipeline.options import add_detection_arguments
+from pipeline.tools import config_from_args, parse_args, tool_parser
 from transforms.config import ConfigError, DedupConfig
 from transforms.kernels import lsh as lsh_kernels
 
@@ -86,30 +87,21 @@ def plot(config: DedupConfig, path: str) -> None:
   plt.close(fig)
 
 
+# The DedupConfig fields that decide the S-curve.
+PARAMS_FLAGS = ("threshold", "num_perm", "fp_weight", "fn_weight", "bands",
+                "rows", "verify")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-  defaults = DedupConfig()
-  parser = argparse.ArgumentParser(
-      prog="python -m pipeline.params", description=__doc__.splitlines()[0])
-  parser.add_argument("--threshold", type=float, default=defaults.threshold)
-  parser.add_argument("--num_perm", "--num-perm", type=int,
-                      default=defaults.num_perm)
-  parser.add_argument("--fp_weight", "--fp-weight", type=float,
-                      default=defaults.fp_weight)
-  parser.add_argument("--fn_weight", "--fn-weight", type=float,
-                      default=defaults.fn_weight)
-  parser.add_argument("--bands", type=int, default=None)
-  parser.add_argument("--rows", type=int, default=None)
-  parser.add_argument("--verify", default=defaults.verify,
-                      help="exact, signature or none.")
+  parser = tool_parser("params", __doc__)
+  add_detection_arguments(parser, only=PARAMS_FLAGS)
   parser.add_argument("--plot", default="scurve.png",
                       help="PNG to write ('' for none).")
+  args = parse_args(parser, argv)
+  if isinstance(args, int):
+    return args
   try:
-    args = parser.parse_args(argv)
-    config = DedupConfig(threshold=args.threshold, num_perm=args.num_perm,
-                         fp_weight=args.fp_weight, fn_weight=args.fn_weight,
-                         bands=args.bands, rows=args.rows, verify=args.verify)
-  except SystemExit as e:
-    return 0 if e.code is None else int(e.code)
+    config = config_from_args(args)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -9,10 +9,10 @@ from typing import Optional
 import apache_beam as beam
 
 from transforms.config import DedupConfig
-from transforms.documents import ReadDocuments
+from transforms.read import ReadDocuments
 from transforms.finalize import FinalizeOutput, staging_path
 from transforms.kernels.minhash import SKETCH_SCHEMES
-from transforms.kernels.text import SHINGLE_SCHEME
+from transforms.kernels.reference_text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
 from transforms.report import REPORT_HTML, REPORT_JSON, WriteReport
 from transforms.verify import ServeTextsFromFiles
@@ -36,13 +36,15 @@ def run_params(config: DedupConfig) -> dict:
 def build(pipeline: beam.Pipeline, patterns, output: str,
           config: DedupConfig, input_format: str = "auto",
           text_field: str = "text", id_field: str = "id",
-          overwrite: bool = False, run_id: Optional[str] = None):
+          overwrite: bool = False, run_id: Optional[str] = None,
+          started: Optional[float] = None):
   """Adds the whole job to ``pipeline``; returns the stats PCollection.
 
   Everything is written under ``output``'s staging folder for ``run_id``
   (a fresh one when None) and moved into ``output`` by the job's last step
   (:class:`~transforms.finalize.FinalizeOutput`), which replaces an earlier
-  run's outputs only if ``overwrite``.
+  run's outputs only if ``overwrite``. ``started`` (``time.time()`` at
+  launch) gives the report its ``wall_seconds``.
   """
   final = output
   output = staging_path(final, run_id or uuid.uuid4().hex[:16])
@@ -64,7 +66,7 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
              "files": read["files"]}
             | "WriteReport" >> WriteReport(output, text_field, id_field,
-                                           config.threshold))
+                                           config.threshold, started))
   _ = report | "FinalizeOutput" >> FinalizeOutput(output, final, OUTPUT_NAMES,
                                                   overwrite)
   return stats

@@ -2,14 +2,14 @@
 precision/recall/F1, the adjusted Rand index, and the pair recall the S-curve
 predicts next to the measured one.
 
-``python -m pipeline.evaluate --clusters out/run --truth truth/pairs.tsv``
+``python -m pipeline.tools.evaluate --clusters out/run --truth truth/pairs.tsv``
 
 * ``--clusters``: the job's ``--output`` folder, its ``clusters/`` folder or a
   glob of clusters files. The folder's ``stats.json`` supplies the number of
   documents (for the ARI; else give ``--num_docs``) and the run's parameters
   (for the predicted recall).
 * ``--truth``: a TSV with a header line, either pairs ``id_a  id_b
-  [jaccard]`` (as ``python -m pipeline.truth`` writes) or clusters ``id
+  [jaccard]`` (as ``python -m pipeline.tools.truth`` writes) or clusters ``id
   cluster``. Documents named in neither file are unique.
 * ``--key``: ``id`` (the clusters/ ``id`` column = your id field) or
   ``position`` (``<source>:<position>`` from the clusters/ columns).
@@ -23,7 +23,6 @@ in the truth, and predicted as one if it is in an output cluster.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import csv
 import dataclasses
@@ -35,7 +34,8 @@ from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from pipeline.params import edge_probability
+from pipeline.tools import parse_args, tool_parser
+from pipeline.tools.params import edge_probability
 from transforms.config import DedupConfig
 from transforms.kernels import graph as graph_kernels
 
@@ -195,8 +195,7 @@ def format_report(report: dict) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-  parser = argparse.ArgumentParser(
-      prog="python -m pipeline.evaluate", description=__doc__.splitlines()[0])
+  parser = tool_parser("evaluate", __doc__)
   parser.add_argument("--clusters", required=True,
                       help="The run's --output folder, its clusters/ folder"
                       " or a glob of clusters files.")
@@ -211,10 +210,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                       " docs_in - rejected).")
   parser.add_argument("--json", action="store_true",
                       help="Print the figures as JSON.")
-  try:
-    args = parser.parse_args(argv)
-  except SystemExit as e:
-    return 0 if e.code is None else int(e.code)
+  args = parse_args(parser, argv)
+  if isinstance(args, int):
+    return args
   try:
     if not cluster_files(args.clusters):
       raise ValueError(f"no clusters files at {args.clusters}")

@@ -1,10 +1,10 @@
 """Raw text to signatures for a batch: the whole per-document stage
 (normalise, shingle, hash, MinHash or OPH) as one kernel call.
 
-The result is bit-identical to ``text.shingle_batch`` followed by
+The result is bit-identical to ``reference_text.shingle_batch`` followed by
 ``minhash.minhash_batch`` / ``minhash.oph_batch``, but no Python code runs
 per token or per shingle: the Arrow string buffer goes straight to compiled
-code (``jit``) that lowercases, folds digits and splits through per-code-point
+code (``compiled``) that lowercases, folds digits and splits through per-code-point
 tables, hashes words with xxh3, folds n-grams and sketches. Python's
 ``unicodedata`` NFKC runs only on documents that hold a code point NFKC could
 change (pure-ASCII text never does).
@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from transforms.kernels import jit
+from transforms.kernels import compiled
 from transforms.kernels import minhash
-from transforms.kernels import text
+from transforms.kernels import reference_text
 
 SKETCHES = tuple(minhash.SKETCH_SCHEMES)
 
@@ -49,7 +49,7 @@ def signature_batch(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
                           strip_punctuation=strip_punctuation,
                           fold_digits=fold_digits)
   sigs = np.empty((len(offsets) - 1, len(a)), dtype=np.uint32)
-  jit.sketch_rows(units, offsets, ngram, np.uint64(seed), sketch == "oph",
+  compiled.sketch_rows(units, offsets, ngram, np.uint64(seed), sketch == "oph",
                   np.ascontiguousarray(a, np.uint64),
                   np.ascontiguousarray(b, np.uint64),
                   *minhash.oph_keys(seed), sigs)
@@ -63,14 +63,14 @@ def shingle_sets(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
   """The set of shingle hashes of each text on the compiled path:
   ``(values, offsets)``, document i's sorted distinct hashes being
   ``values[offsets[i]:offsets[i+1]]``; the same sets as
-  ``text.shingle_batch`` followed by ``text.unique_per_document``."""
+  ``reference_text.shingle_batch`` followed by ``reference_text.unique_per_document``."""
   if unit not in ("word", "char"):
     raise ValueError(f"unknown shingle unit {unit!r}")
   units, unit_offsets = _units(texts, unit == "word", seed, nfkc=nfkc,
                                lowercase=lowercase,
                                strip_punctuation=strip_punctuation,
                                fold_digits=fold_digits)
-  shingles, offsets = text.ngram_hashes(units, unit_offsets, ngram, seed)
+  shingles, offsets = reference_text.ngram_hashes(units, unit_offsets, ngram, seed)
   doc = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
   order = np.lexsort((shingles, doc))
   shingles, doc = shingles[order], doc[order]
@@ -84,8 +84,8 @@ def shingle_sets(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
 
 def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
            fold_digits):
-  """Unit hashes and offsets (``text.unit_hashes``'s layout) of the texts
-  normalised as ``text.normalize_texts`` would."""
+  """Unit hashes and offsets (``reference_text.unit_hashes``'s layout) of the texts
+  normalised as ``reference_text.normalize_texts`` would."""
   arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(
       texts, type=pa.string())
   if isinstance(arr, pa.ChunkedArray):
@@ -93,7 +93,7 @@ def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
   arr = pc.fill_null(arr, "")
   if not len(arr):
     return np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64)
-  lower, props = text.codepoint_tables()
+  lower, props = reference_text.codepoint_tables()
   data, starts, ends = _buffers(arr)
   # Only documents with non-ASCII text need the tables extended or NFKC.
   scan = ~pc.string_is_ascii(arr).to_numpy(zero_copy_only=False)
@@ -102,16 +102,16 @@ def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
     unstable = np.zeros(len(arr), dtype=bool)
     unknown = np.empty(len(data) + 1, dtype=np.int64)
     while True:
-      n_unknown = jit.scan_codepoints(data, starts, ends, scan, check, lower,
+      n_unknown = compiled.scan_codepoints(data, starts, ends, scan, check, lower,
                                       props, lowercase, unstable, unknown)
       if n_unknown:
-        text.learn_codepoints(unknown[:n_unknown])
+        reference_text.learn_codepoints(unknown[:n_unknown])
       elif unstable.any():
         # NFKC could change these: normalise them in Python, check again
         # only for code points the tables have not seen.
         fixed = pa.array(unstable)
         arr = pc.replace_with_mask(arr, fixed,
-                                   text.nfkc_array(arr.filter(fixed)))
+                                   reference_text.nfkc_array(arr.filter(fixed)))
         data, starts, ends = _buffers(arr)
         unknown = np.empty(len(data) + 1, dtype=np.int64)
         check &= ~unstable
@@ -124,9 +124,9 @@ def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
   units = np.empty(len(data) // 2 + len(arr) + 1 if word else len(data) + 1,
                    dtype=np.uint64)
   unit_offsets = np.empty(len(arr) + 1, dtype=np.int64)
-  long_tokens = np.empty((len(norm) // (jit.XXH3_MAX_LEN + 1) + 1, 3),
+  long_tokens = np.empty((len(norm) // (compiled.XXH3_MAX_LEN + 1) + 1, 3),
                          dtype=np.int64)
-  n_long = jit.text_units(data, starts, ends, lower, props, word, lowercase,
+  n_long = compiled.text_units(data, starts, ends, lower, props, word, lowercase,
                           strip_punctuation, fold_digits, np.uint64(seed),
                           norm, units, unit_offsets, long_tokens)
   for u, start, end in long_tokens[:n_long].tolist():

@@ -1,7 +1,7 @@
 """Exact ground truth for a corpus: every pair of documents whose shingle sets
 have true Jaccard >= ``--threshold``.
 
-``python -m pipeline.truth --input 'data/*.jsonl' --output truth/`` takes the
+``python -m pipeline.tools.truth --input 'data/*.jsonl' --output truth/`` takes the
 job's own flags (input format, fields, shingling, normalisation, threshold,
 seed, min_tokens), reads and shingles every document exactly as the job does
 and finds the pairs with an inverted index over set prefixes (no sampling, no
@@ -22,20 +22,20 @@ set and are never paired, as in the job.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from pipeline.options import CONFIG_FIELDS, DedupOptions
+from pipeline.options import add_detection_arguments, add_io_arguments
+from pipeline.tools import config_from_args, parse_args, tool_parser
 from transforms.config import ConfigError, DedupConfig
-from transforms.documents import (Document, expand_inputs, read_file,
+from transforms.read import (Document, expand_inputs, read_file,
                                   split_doc_id)
 from transforms.kernels import graph as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
-from transforms.kernels import text as text_kernels
+from transforms.kernels import reference_text as text_kernels
 
 KEYS = ("id", "position")
 PAIRS_FILE, CLUSTERS_FILE = "pairs.tsv", "clusters.tsv"
@@ -118,23 +118,21 @@ def write_truth(directory: str, keys: Sequence[str], a, b, similarity) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-  parser = argparse.ArgumentParser(
-      prog="python -m pipeline.truth", description=__doc__.splitlines()[0])
-  DedupOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+  parser = tool_parser("truth", __doc__)
+  add_io_arguments(parser)
+  add_detection_arguments(parser)
   parser.add_argument("--key", choices=KEYS, default="id",
                       help="How pairs.tsv names documents: id (the id field)"
                       " or position (<source>:<position>).")
-  try:
-    args = parser.parse_args(argv)
-  except SystemExit as e:
-    return 0 if e.code is None else int(e.code)
+  args = parse_args(parser, argv)
+  if isinstance(args, int):
+    return args
   if not args.input or not args.output:
     print("error: --input and --output (a directory) are required.",
           file=sys.stderr)
     return 2
   try:
-    config = DedupConfig(**{name: getattr(args, name)
-                            for name in CONFIG_FIELDS})
+    config = config_from_args(args)
     corpus = read_corpus([p.strip() for p in args.input.split(",")
                           if p.strip()], args.input_format, args.text_field,
                          args.id_field, args.key)

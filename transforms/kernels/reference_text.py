@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from transforms.kernels import jit
+from transforms.kernels import compiled
 from transforms.kernels.hashing import GOLDEN, fmix64
 
 SHINGLE_SCHEME = "xxh3-fold-fmix64-v1"
@@ -67,7 +67,7 @@ def nfkc_array(arr: pa.StringArray) -> pa.StringArray:
                   type=arr.type)
 
 
-# Per-code-point tables for compiled normalisation (jit.text_units): the
+# Per-code-point tables for compiled normalisation (compiled.text_units): the
 # lowercase mapping and property bits of every code point seen so far in this
 # process, each computed with the very functions normalize_texts applies.
 _LOWER = np.arange(0x110000, dtype=np.int32)
@@ -77,7 +77,7 @@ _COMPOSITION_SECONDS = []
 
 
 def codepoint_tables() -> Tuple[np.ndarray, np.ndarray]:
-  """``(lower, props)``: the lowercase code point and the ``jit`` property
+  """``(lower, props)``: the lowercase code point and the ``compiled`` property
   bits (KNOWN, WORD, SPACE, DIGIT, STABLE) of every code point; ASCII is
   always known, others once :func:`learn_codepoints` has seen them."""
   if not _PROPS[0]:
@@ -103,10 +103,10 @@ def learn_codepoints(codepoints: np.ndarray) -> None:
                  if len(low) == 1]
       if len(lowered) != len(chars):
         raise RuntimeError("pyarrow's utf8_lower maps a code point to several")
-      props = np.full(len(todo), jit.KNOWN, dtype=np.uint8)
-      flags = {jit.WORD: pc.invert(pc.match_substring_regex(arr, _NOT_WORD)),
-               jit.SPACE: pc.match_substring_regex(arr, _SPACE),
-               jit.DIGIT: pc.match_substring_regex(arr, _DIGIT)}
+      props = np.full(len(todo), compiled.KNOWN, dtype=np.uint8)
+      flags = {compiled.WORD: pc.invert(pc.match_substring_regex(arr, _NOT_WORD)),
+               compiled.SPACE: pc.match_substring_regex(arr, _SPACE),
+               compiled.DIGIT: pc.match_substring_regex(arr, _DIGIT)}
       for bit, flag in flags.items():
         props[flag.to_numpy(zero_copy_only=False)] |= bit
       # NFKC is the identity on ASCII, and ASCII never composes.
@@ -115,7 +115,7 @@ def learn_codepoints(codepoints: np.ndarray) -> None:
                              and not unicodedata.combining(ch)
                              and c not in seconds)
                 for c, ch in zip(todo.tolist(), chars)]
-      props[np.array(stable, dtype=bool)] |= jit.STABLE
+      props[np.array(stable, dtype=bool)] |= compiled.STABLE
       # KNOWN goes in last: compiled readers in other threads trust an entry
       # once they see it.
       _LOWER[todo] = lowered
@@ -126,7 +126,7 @@ def learn_codepoints(codepoints: np.ndarray) -> None:
 def _unknown(codepoints) -> np.ndarray:
   """The distinct code points that the tables do not know yet, sorted."""
   codepoints = np.unique(np.asarray(codepoints, dtype=np.int64))
-  return codepoints[(_PROPS[codepoints] & jit.KNOWN) == 0]
+  return codepoints[(_PROPS[codepoints] & compiled.KNOWN) == 0]
 
 
 def _composition_seconds() -> frozenset:
