@@ -20,7 +20,7 @@ import pytest
 from pipeline import engines
 from pipeline.cli import main
 from tests.corpus import seed_corpus, tree_bytes, write_jsonl
-from transforms import documents, finalize, write
+from transforms import finalize, read, write
 
 pytestmark = pytest.mark.extended
 
@@ -55,10 +55,10 @@ class Faults:
 def inject(monkeypatch, faults):
   """Reading file 1 fails after 5 records, writing its first part after 3
   lines, and finalization after moving 2 files."""
-  read = documents._ReadFileFn.process
+  process = read._ReadFileFn.process
 
   def flaky_read(self, input_file):
-    for i, out in enumerate(read(self, input_file)):
+    for i, out in enumerate(process(self, input_file)):
       yield out
       if input_file.index == 1 and i == 5 and faults.fire("read"):
         raise InjectedFault("injected fault while reading file 1")
@@ -80,7 +80,7 @@ def inject(monkeypatch, faults):
       raise InjectedFault("injected fault while finalizing")
     mkdirs(path)
 
-  monkeypatch.setattr(documents._ReadFileFn, "process", flaky_read)
+  monkeypatch.setattr(read._ReadFileFn, "process", flaky_read)
   monkeypatch.setattr(write._LineSink, "add", flaky_add)
   monkeypatch.setattr(finalize, "_mkdirs", flaky_mkdirs)
 
