@@ -99,11 +99,6 @@ def corpus(tmp_path_factory):
   return inputs, tree_bytes(folder / "clean")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "since the clustering contract merged, the batch graph trips"
-    " BundleBasedDirectRunner's own GroupByKey completion assertion at"
-    " WriteReport/Largest even without faults (FnApiRunner and Prism run it);"
-    " open defect, see the stop note"))
 def test_retrying_runner_gives_byte_identical_outputs_despite_faults(
     corpus, tmp_path, monkeypatch):
   inputs, clean = corpus

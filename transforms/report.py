@@ -72,8 +72,12 @@ class WriteReport(beam.PTransform):
                    lambda kv: kv[0] == kv[1].cluster_id)
                | "ClusterSizes" >> beam.Map(
                    lambda kv: (kv[0], kv[1].cluster_size))
-               | "Largest" >> beam.combiners.Top.Of(LARGEST_CLUSTERS,
-                                                    key=_size_then_lowest_id))
+               # Not Top.Of: its global form flattens an extra Create into
+               # its GroupByKey, which BundleBasedDirectRunner (the local
+               # runner that retries bundles) can deliver after that
+               # GroupByKey has completed, failing the job.
+               | "Largest" >> beam.CombineGlobally(beam.combiners.TopCombineFn(
+                   LARGEST_CLUSTERS, key=_size_then_lowest_id)))
     largest_ids = largest | "LargestIds" >> beam.Map(
         lambda top: frozenset(cluster_id for cluster_id, _ in top))
     members = (clusters
