@@ -1,10 +1,17 @@
 """Installable distribution; also what --setup_file ships to Beam workers."""
 
 import pathlib
+import re
 
 import setuptools
 
 HERE = pathlib.Path(__file__).parent
+
+
+def _version():
+  # Read, not imported: importing pipeline would need its requirements.
+  text = (HERE / "pipeline" / "__init__.py").read_text()
+  return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
 
 
 def _requirements():
@@ -14,7 +21,7 @@ def _requirements():
 
 setuptools.setup(
     name="beam-minhash-neardup",
-    version="0.1.0",
+    version=_version(),
     description="MinHash-LSH near-duplicate detection for text corpora on"
     " Apache Beam (DirectRunner, Dataflow, Flink).",
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),

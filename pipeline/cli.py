@@ -13,13 +13,15 @@ from typing import List, Optional, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.runners.runner import PipelineState
 from apache_beam.options.pipeline_options import (PipelineOptions,
                                                   PrismRunnerOptions,
                                                   StandardOptions)
 
-from pipeline import engines, job
+from pipeline import engines, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
-                              config_from_options, unknown_flags)
+                              config_from_options, known_flags, unknown_flags)
 from pipeline.preflight import check_inputs
 from transforms import metrics
 from transforms.config import ConfigError
@@ -41,7 +43,12 @@ def main(argv: Optional[List[str]] = None) -> int:
   """Runs the job; returns the process exit code (0 ok, 1 the job failed,
   2 bad arguments or inputs, found before anything is written)."""
   argv = list(sys.argv[1:] if argv is None else argv)
-  beam_args = [a for a in argv if a not in ("-h", "--help")]
+  try:
+    argv = run_config.expand(argv, known_flags)
+  except run_config.RunConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  beam_args = [a for a in argv if a not in ("-h", "--help", "--version")]
   if PipelineOptions(beam_args).view_as(StandardOptions).streaming:
     from pipeline import streaming  # pylint: disable=import-outside-toplevel
     return streaming.main(argv)
@@ -71,6 +78,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 started=started)
   except Exception as e:  # pylint: disable=broad-except
     return _job_failed(e, opts.output)
+  if p.result.state == PipelineState.DONE:
+    log_totals(p.result)
 
   stats_path = join_path(opts.output, STATS_FILE)
   if FileSystems.exists(stats_path):
@@ -132,6 +141,23 @@ def show_progress() -> None:
     logger.addHandler(handler)
   logger.setLevel(logging.INFO)
   logger.propagate = False
+
+
+def log_totals(result) -> None:
+  """Ends the progress lines with each stage's total, from the job's
+  counters (a runner that reports no metrics gets none)."""
+  try:
+    found = result.metrics().query(
+        MetricsFilter().with_namespace(metrics.NAMESPACE))["counters"]
+  except NotImplementedError:
+    return
+  counters = {}
+  for c in found:
+    name = c.key.metric.name
+    counters[name] = counters.get(name, 0) + (c.committed or c.attempted or 0)
+  progress = logging.getLogger(metrics.PROGRESS_LOGGER)
+  for line in metrics.progress_totals(counters):
+    progress.info(line)
 
 
 def parse_options(argv: List[str]) -> Union[DedupOptions, int]:

@@ -62,7 +62,10 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
              | "WriteResults" >> WriteResults(output, id_field))
   counts = ((read["counts"], dedup["counts"], written)
             | "AllCounts" >> beam.Flatten())
-  stats = counts | "WriteStats" >> WriteStats(output, run_params(config))
+  # The effective configuration (flags, --config file and defaults merged).
+  params = dict(run_params(config), input_format=input_format,
+                text_field=text_field, id_field=id_field)
+  stats = counts | "WriteStats" >> WriteStats(output, params)
   report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
              "files": read["files"]}
             | "WriteReport" >> WriteReport(output, text_field, id_field,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import logging
+import os
+import sys
 from typing import List, Sequence
 
 from apache_beam.options.pipeline_options import (PipelineOptions,
@@ -13,6 +16,8 @@ from apache_beam.options.pipeline_options import (PipelineOptions,
 from transforms.config import (KEEP_POLICIES, SHINGLE_UNITS, SKETCHES,
                                VERIFY_MODES, DedupConfig)
 from transforms.read import FORMATS
+
+import pipeline
 
 _DEFAULTS = DedupConfig(bands=1, rows=1)
 
@@ -28,6 +33,28 @@ def parse_bool(value) -> bool:
   raise ValueError(f"not a boolean: {value!r} (use true or false)")
 
 
+def add_bool_flag(group, flag: str, default: bool, help: str) -> None:  # pylint: disable=redefined-builtin
+  """A boolean flag that works bare (``--overwrite``) and with a value
+  (``--overwrite true``, ``--overwrite=false``)."""
+  group.add_argument(flag, type=parse_bool, nargs="?", const=True,
+                     default=default, metavar="BOOL", help=help)
+
+
+def program_name() -> str:
+  """What the usage line calls the command: ``python -m pipeline`` when run
+  as a module, else the console script's name (``neardup``)."""
+  name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+  return "python -m pipeline" if name in ("", "__main__.py", "-c") else name
+
+
+def describe_parser(parser) -> None:
+  """Usage line, defaults in ``--help`` and ``--version`` for a job parser."""
+  parser.prog = program_name()
+  parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+  parser.add_argument("--version", action="version",
+                      version=f"%(prog)s {pipeline.__version__}")
+
+
 def _default(name):
   return getattr(_DEFAULTS, name)
 
@@ -37,6 +64,11 @@ class DedupOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
+    describe_parser(parser)
+    parser.add_argument("--config", metavar="YAML",
+                        help="YAML file with flags as keys (input: a list or"
+                        " a comma-separated string); flags given on the"
+                        " command line override it.")
     add_io_arguments(parser)
     add_detection_arguments(parser)
 
@@ -74,8 +106,8 @@ def add_io_arguments(parser) -> None:
                   help="JSONL field / Parquet column holding the text.")
   io.add_argument("--id_field", default="id",
                   help="Optional user id field, reported in clusters/.")
-  io.add_argument("--overwrite", type=parse_bool, default=False,
-                  help="Replace the outputs of an earlier run in --output.")
+  add_bool_flag(io, "--overwrite", False,
+                "Replace the outputs of an earlier run in --output.")
 
 
 def add_detection_arguments(parser, only: Sequence[str] = None) -> None:
@@ -127,8 +159,7 @@ def add_detection_arguments(parser, only: Sequence[str] = None) -> None:
                      ("strip_punctuation",
                       "Turn punctuation and symbols into spaces."),
                      ("fold_digits", "Map every digit to 0.")):
-    dedup.add_argument(f"--{name}", type=parse_bool, default=_default(name),
-                       help=f"{text} true/false.")
+    add_bool_flag(dedup, f"--{name}", _default(name), text)
   dedup.add_argument("--min_tokens", type=int,
                      default=_default("min_tokens"),
                      help="Documents with fewer units are kept unclustered.")
@@ -157,14 +188,15 @@ def add_detection_arguments(parser, only: Sequence[str] = None) -> None:
                      help="In a bucket above --exhaustive_bucket_size,"
                      " every distinct signature is compared with this many"
                      " lowest ids.")
-  dedup.add_argument("--chain_guard", type=parse_bool,
-                     default=_default("chain_guard"),
-                     help="Remove a clustered document only if its exact"
-                     " Jaccard to the kept one reaches --threshold; the"
-                     " others stay in deduped/. true/false.")
+  add_bool_flag(dedup, "--chain_guard", _default("chain_guard"),
+                "Remove a clustered document only if its exact Jaccard to"
+                " the kept one reaches --threshold; the others stay in"
+                " deduped/.")
 
 
 REQUIRED_OPTIONS = ("input", "output")
+# Flags of the command line only, not job parameters (a template has none).
+CLI_ONLY = ("config", "version")
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(DedupConfig))
 
 
@@ -179,14 +211,8 @@ def config_from_options(options: PipelineOptions) -> DedupConfig:
 PASS_THROUGH_RUNNERS = ("FlinkRunner", "SparkRunner", "PortableRunner")
 
 
-def unknown_flags(argv: Sequence[str]) -> List[str]:
-  """One line per argument that neither this job nor any Beam options class
-  (every runner's flags included) knows, with the closest known flag.
-
-  Beam itself only logs a warning and drops them, so ``--threshhold 0.5``
-  ran with the default threshold. On a runner in ``PASS_THROUGH_RUNNERS``
-  an unknown flag is reported only if it is close to a known one.
-  """
+def _all_options_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+  """The parser of every registered options class (every runner's too)."""
   parsers = []
   options = PipelineOptions(list(argv))
   beam_log = logging.getLogger(PipelineOptions.__module__)
@@ -198,12 +224,33 @@ def unknown_flags(argv: Sequence[str]) -> List[str]:
     options.get_all_options(add_extra_args_fn=parsers.append)
   finally:
     beam_log.setLevel(level)
-  parser = parsers[0]
-  _, unknown = parser.parse_known_args(list(argv))
+  return parsers[0]
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> List[str]:
   actions = parser._actions  # pylint: disable=protected-access
-  known = sorted({flag for action in actions for flag in action.option_strings
-                  if flag.startswith("--")})
-  runner = str(options.view_as(StandardOptions).runner or "")
+  return sorted({flag for action in actions for flag in action.option_strings
+                 if flag.startswith("--")})
+
+
+def known_flags() -> List[str]:
+  """Every ``--flag`` this job or any Beam options class knows."""
+  return _long_flags(_all_options_parser([]))
+
+
+def unknown_flags(argv: Sequence[str]) -> List[str]:
+  """One line per argument that neither this job nor any Beam options class
+  (every runner's flags included) knows, with the closest known flag.
+
+  Beam itself only logs a warning and drops them, so ``--threshhold 0.5``
+  ran with the default threshold. On a runner in ``PASS_THROUGH_RUNNERS``
+  an unknown flag is reported only if it is close to a known one.
+  """
+  parser = _all_options_parser(argv)
+  _, unknown = parser.parse_known_args(list(argv))
+  known = _long_flags(parser)
+  runner = str(PipelineOptions(list(argv)).view_as(StandardOptions).runner
+               or "")
   lenient = runner.rsplit(".", 1)[-1] in PASS_THROUGH_RUNNERS
   problems, after_flag = [], False
   for arg in unknown:

@@ -26,7 +26,7 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.engines import INSTALL_PRISM, find_prism
-from pipeline.options import DedupOptions, config_from_options
+from pipeline.options import CLI_ONLY, DedupOptions, config_from_options
 from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
                                StreamConfig, parse_duration_ms)
 from transforms.read import detect_format, iter_lines
@@ -110,7 +110,7 @@ class StreamingOptions(PipelineOptions):
 
 
 _FILE_ONLY = ("input", "output", "input_format", "overwrite",
-              "watch_interval", "watch_stop_after", "output_window")
+              "watch_interval", "watch_stop_after", "output_window") + CLI_ONLY
 TEMPLATE_REQUIRED = ("input_subscription", "output_topic")
 
 

@@ -48,7 +48,7 @@ def option_actions(options_class, required=()):
   # pylint: disable=protected-access
   parser = argparse.ArgumentParser(add_help=False)
   options_class._add_argparse_args(parser)
-  actions = {a.dest: a for a in parser._actions}
+  actions = {a.dest: a for a in parser._actions if a.dest not in batch_options.CLI_ONLY}
   for name in required:
     actions[name].required = True
   return actions

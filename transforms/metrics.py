@@ -32,6 +32,38 @@ PROGRESS_INTERVAL_S = 5.0
 _METER_REPORT_S = 1.0
 
 
+# The unit of each stage's progress lines and ``<stage>_<unit>`` counter, in
+# the order the stages run; the CLI ends a run with one total per stage.
+PROGRESS_UNITS = {
+    "signatures": "documents",
+    "band_keys": "documents",
+    "collision": "band keys",
+    "verification": "candidate edges",
+    "components": "nodes",
+    "selection": "clusters",
+    "writing": "documents",
+    "stream_signatures": "documents",
+}
+
+
+def progress_counter(stage: str) -> str:
+  """Name of the counter of a stage's processed units."""
+  return f"{stage}_{PROGRESS_UNITS[stage].replace(' ', '_')}"
+
+
+def quantity(n: int, unit: str) -> str:
+  """``n`` and the unit, singular for one: ``1 document``, ``2 documents``."""
+  return f"{n:,} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
+
+
+def progress_totals(counters: dict) -> list:
+  """One ``<stage>: <total> <unit> in total`` line per stage that counted
+  anything, from counter name -> value (as a finished job reports them)."""
+  return [f"{stage}: {quantity(counters[progress_counter(stage)], unit)} in"
+          " total" for stage, unit in PROGRESS_UNITS.items()
+          if counters.get(progress_counter(stage))]
+
+
 def round_stat(index: int) -> str:
   """Stat name of the edges re-pointed by connected-component round i."""
   return f"cc_changed_round_{index:03d}"
@@ -92,9 +124,12 @@ class StageMeter:
   """
 
   def __init__(self, stage: str, unit: str):
+    if PROGRESS_UNITS.get(stage) != unit:
+      raise ValueError(f"stage {stage!r}: add it with unit {unit!r} to "
+                       "metrics.PROGRESS_UNITS")
     self._stage = stage
     self._unit = unit
-    self._progress = counter(f"{stage}_{unit.replace(' ', '_')}")
+    self._progress = counter(progress_counter(stage))
     self._seconds = 0.0
     self._start = 0.0
     self._pending = 0
@@ -169,8 +204,8 @@ def report_progress(stage: str, unit: str, n: int, now: float = None) -> None:
     state[2] = now
     total, elapsed = state[0], now - state[1]
   rate = f" ({total / elapsed:,.0f}/s)" if elapsed > 0 else ""
-  logging.getLogger(PROGRESS_LOGGER).info("%s: %s %s processed%s", stage,
-                                          f"{total:,}", unit, rate)
+  logging.getLogger(PROGRESS_LOGGER).info("%s: %s processed%s", stage,
+                                          quantity(total, unit), rate)
 
 
 def reset_progress() -> None:

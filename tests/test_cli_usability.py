@@ -1,0 +1,142 @@
+"""The command line people expect: --config files, bare boolean flags,
+--version, defaults in --help, no import-time noise, final stage totals."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pipeline
+from pipeline import run_config
+from pipeline.cli import main, parse_options
+from pipeline.options import DedupOptions, known_flags
+from tests.conftest import SAMPLE
+from transforms import metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write(path, text):
+  path.write_text(text, encoding="utf-8")
+  return str(path)
+
+
+def test_config_file_flags_come_first_so_the_command_line_overrides(tmp_path):
+  path = write(tmp_path / "run.yaml",
+               "input: [a.jsonl, 'b/*.parquet']\nthreshold: 0.7\n"
+               "lowercase: false\noverwrite: true\n")
+  argv = run_config.expand(["--config", path, "--threshold", "0.6"],
+                           known_flags)
+  assert argv == ["--input=a.jsonl,b/*.parquet", "--threshold=0.7",
+                  "--lowercase=false", "--overwrite=true", "--config", path,
+                  "--threshold", "0.6"]
+  opts = DedupOptions(argv)
+  assert (opts.input, opts.threshold, opts.lowercase, opts.overwrite) == (
+      "a.jsonl,b/*.parquet", 0.6, False, True)
+
+
+def test_no_config_flag_leaves_argv_alone():
+  def never():
+    raise AssertionError("known flags are needed only with a config file")
+  assert run_config.expand(["--input", "x"], never) == ["--input", "x"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("thresold: 0.7\n", "unknown key 'thresold'; did you mean threshold?"),
+    ("- a\n- b\n", "must be a mapping of flag names to values"),
+    ("ngram: {n: 3}\n", "ngram: use a number, a string, true/false or a list"),
+    ("config: other.yaml\n", "unknown key 'config'"),
+    ("input: [a\n", "not valid YAML"),
+])
+def test_a_bad_config_file_is_refused_before_the_job_naming_it(
+    tmp_path, capsys, text, message):
+  path = write(tmp_path / "run.yaml", text)
+  assert main(["--config", path]) == 2
+  err = capsys.readouterr().err
+  assert f"error: --config {path}: " in err and message in err
+
+
+def test_a_missing_config_file_is_refused(tmp_path, capsys):
+  assert main(["--config", str(tmp_path / "nope.yaml")]) == 2
+  assert "cannot read it (No such file or directory)" in capsys.readouterr().err
+  assert main(["--input", "x", "--config"]) == 2
+  assert "--config needs a YAML file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--overwrite"], True),
+    (["--overwrite", "true"], True),
+    (["--overwrite=false"], False),
+    (["--overwrite", "--nfkc", "no"], True),
+    ([], False),
+])
+def test_boolean_flags_work_bare_and_with_a_value(argv, expected):
+  opts = DedupOptions(["--input", "x", "--output", "y", *argv])
+  assert opts.overwrite is expected
+  assert opts.input == "x"
+
+
+def test_a_bare_flag_does_not_swallow_the_next_flag():
+  opts = DedupOptions(["--chain_guard", "--lowercase", "false", "--input", "x"])
+  assert opts.chain_guard is True and opts.lowercase is False
+
+
+def test_version_and_help(capsys):
+  assert parse_options(["--version"]) == 0
+  out = capsys.readouterr().out
+  assert out.strip().endswith(pipeline.__version__)
+  assert parse_options(["--help"]) == 0
+  text = capsys.readouterr().out
+  assert "(default: 0.8)" in text  # --threshold
+  assert "(default: False)" in text  # --overwrite
+
+
+def test_usage_names_the_module_and_beam_import_noise_is_gone():
+  proc = subprocess.run([sys.executable, "-m", "pipeline", "--help"],
+                        cwd=ROOT, capture_output=True, text=True, check=True,
+                        timeout=120)
+  assert proc.stdout.startswith("usage: python -m pipeline ")
+  assert "apitools" not in proc.stderr
+  assert "GCSFileSystem" not in proc.stderr
+  assert proc.stderr == ""
+
+
+def test_quantities_are_singular_for_one():
+  assert metrics.quantity(1, "documents") == "1 document"
+  assert metrics.quantity(2, "band keys") == "2 band keys"
+  assert metrics.quantity(1, "band keys") == "1 band key"
+  assert metrics.quantity(1234, "clusters") == "1,234 clusters"
+
+
+def test_every_meter_stage_has_a_registered_unit():
+  with pytest.raises(ValueError, match="PROGRESS_UNITS"):
+    metrics.StageMeter("new_stage", "things")
+  assert metrics.progress_totals({"signatures_documents": 1,
+                                  "writing_documents": 3}) == [
+                                      "signatures: 1 document in total",
+                                      "writing: 3 documents in total"]
+
+
+@pytest.mark.e2e
+def test_a_run_from_a_config_file_records_its_effective_config(
+    tmp_path, capsys):
+  out = tmp_path / "out"
+  path = write(tmp_path / "run.yaml",
+               f"input: [{SAMPLE}]\noutput: {out}\nthreshold: 0.7\n"
+               "ngram: 3\nlowercase: false\n")
+  assert main(["--config", path, "--ngram", "4"]) == 0
+  err = capsys.readouterr().err
+  params = json.loads((out / "stats.json").read_text())["params"]
+  assert (params["threshold"], params["ngram"], params["lowercase"]) == (
+      0.7, 4, False)
+  assert (params["text_field"], params["id_field"],
+          params["input_format"]) == ("text", "id", "auto")
+  stats = json.loads((out / "stats.json").read_text())
+  totals = [line.split(" neardup ", 1)[1] for line in err.splitlines()
+            if line.endswith(" in total")]
+  signed = stats["docs_in"] - stats["rejected"]
+  assert totals[0] == f"signatures: {signed:,} documents in total"
+  assert totals[-1] == (
+      f"writing: {stats['docs_in']:,} documents in total")
