@@ -9,8 +9,9 @@ flags (:func:`tool_parser`, :func:`parse_args`, :func:`config_from_args`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import List, Optional, Union
+from typing import Callable, List, Optional, Union
 
 from pipeline.options import CONFIG_FIELDS
 from transforms.config import DedupConfig
@@ -19,8 +20,24 @@ from transforms.config import DedupConfig
 def tool_parser(module: str, doc: str) -> argparse.ArgumentParser:
   """The parser of the tool ``pipeline.tools.<module>``, described by the
   first line of its module docstring ``doc``."""
-  return argparse.ArgumentParser(prog=f"python -m pipeline.tools.{module}",
-                                 description=doc.splitlines()[0])
+  return argparse.ArgumentParser(
+      prog=f"python -m pipeline.tools.{module}",
+      description=doc.splitlines()[0],
+      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def run_tool(main: Callable[[], int]) -> None:
+  """Runs a tool's ``main`` as the process and exits with its code; output
+  piped into a reader that stops early (``| head``) ends it quietly, with
+  exit code 0, instead of a BrokenPipeError traceback."""
+  try:
+    code = main()
+    sys.stdout.flush()
+  except BrokenPipeError:
+    # Python flushes stdout again at exit: point it at /dev/null first.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    code = 0
+  sys.exit(code)
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]]

@@ -34,7 +34,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from pipeline.tools import parse_args, tool_parser
+from pipeline.tools import parse_args, run_tool, tool_parser
 from pipeline.tools.params import edge_probability
 from transforms.config import DedupConfig
 from transforms.kernels import graph as graph_kernels
@@ -233,4 +233,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  run_tool(main)

@@ -4,9 +4,9 @@
 scurve.png]`` prints the chosen bands and rows (the job's own choice, same
 flags and defaults), the approximate S-curve threshold (1/b)^(1/r) and, at a
 few similarities, P(candidate) = 1-(1-s^r)^b and P(edge): the probability
-that the verify mode also keeps the pair. It writes the S-curve of the
-chosen (b, r) next to 64x2, 32x4, 16x8 and 8x16 as a PNG with the threshold
-marked.
+that the verify mode also keeps the pair. With ``--plot`` it also draws the
+S-curve of the chosen (b, r) next to 64x2, 32x4, 16x8 and 8x16 into that
+PNG, with the threshold marked.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import List, Optional
 import numpy as np
 
 from pipeline.options import add_detection_arguments
-from pipeline.tools import config_from_args, parse_args, tool_parser
+from pipeline.tools import config_from_args, parse_args, run_tool, tool_parser
 from transforms.config import ConfigError, DedupConfig
 from transforms.kernels import lsh as lsh_kernels
 
@@ -95,8 +95,8 @@ PARAMS_FLAGS = ("threshold", "num_perm", "fp_weight", "fn_weight", "bands",
 def main(argv: Optional[List[str]] = None) -> int:
   parser = tool_parser("params", __doc__)
   add_detection_arguments(parser, only=PARAMS_FLAGS)
-  parser.add_argument("--plot", default="scurve.png",
-                      help="PNG to write ('' for none).")
+  parser.add_argument("--plot", metavar="PNG", default=None,
+                      help="Also draw the S-curves into this PNG file.")
   args = parse_args(parser, argv)
   if isinstance(args, int):
     return args
@@ -113,4 +113,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  run_tool(main)

@@ -29,7 +29,7 @@ from typing import List, NamedTuple, Optional, Sequence
 import numpy as np
 
 from pipeline.options import add_detection_arguments, add_io_arguments
-from pipeline.tools import config_from_args, parse_args, tool_parser
+from pipeline.tools import config_from_args, parse_args, run_tool, tool_parser
 from transforms.config import ConfigError, DedupConfig
 from transforms.read import (Document, expand_inputs, read_file,
                                   split_doc_id)
@@ -149,4 +149,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  run_tool(main)
