@@ -8,6 +8,7 @@ from typing import Optional
 
 import apache_beam as beam
 
+from pipeline import __version__
 from transforms.config import DedupConfig
 from transforms.read import ReadDocuments
 from transforms.finalize import FinalizeOutput, staging_path
@@ -68,8 +69,9 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   stats = counts | "WriteStats" >> WriteStats(output, params)
   report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
              "files": read["files"]}
-            | "WriteReport" >> WriteReport(output, text_field, id_field,
-                                           config.threshold, started))
+            | "WriteReport" >> WriteReport(
+                output, text_field, id_field, config.threshold, started,
+                {"inputs": list(patterns), "version": __version__}))
   _ = report | "FinalizeOutput" >> FinalizeOutput(output, final, OUTPUT_NAMES,
                                                   overwrite)
   return stats

@@ -148,7 +148,7 @@ def stats_of(out) -> dict:
 
 
 # Measured times differ run to run; the rest of the report must not.
-_TIMED_REPORT_FIELDS = ("worker_seconds", "wall_seconds")
+_TIMED_REPORT_FIELDS = ("worker_seconds", "wall_seconds", "started_at")
 _TIMING_SECTION = re.compile(rb'<section id="timings">.*?</section>\n',
                              re.S)
 

@@ -323,3 +323,25 @@ def test_snippets_are_read_back_from_text_and_parquet_inputs(tmp_path):
   assert [(m["id"], m["kept"], m["snippet"]) for m in cluster["members"]] == [
       (None, True, base), (None, False, base.upper() + " <b>!</b>"),
       (8, False, base + " grey")]
+
+
+def test_header_names_the_run_and_cluster_list_counts_right():
+  stats, report = _sample_report()
+  report["run"] = {"inputs": ["in/*.jsonl", "<b>x</b>.parquet"],
+                   "version": "9.9.9"}
+  report["started_at"] = "2026-12-01 10:00:00 UTC"
+  page = Page(render_html(report))
+  shown = "".join(page.text)
+  header = shown.split("Parameters", 1)[0]
+  assert "Inputs: in/*.jsonl, <b>x</b>.parquet" in header
+  assert "neardup 9.9.9" in header
+  assert f"bands {stats['params']['bands']}" in header
+  assert "Started 2026-12-01 10:00:00 UTC" in shown
+  # Both clusters of the run are shown: "all", not "the 2 largest (of 20)".
+  assert "All 2 clusters, with up to" in shown
+  stats["clusters"] = 57
+  assert "The 2 largest of the 57 clusters" in "".join(
+      Page(render_html(report)).text)
+  heads = [t for t, _ in page.tags].count("th")
+  assert heads and "<th></th>" not in render_html(report)
+  assert 'class="wide"' in render_html(report)

@@ -44,6 +44,8 @@ class WriteReport(beam.PTransform):
     started: the launch time (``time.time()``) when known: the report's
       ``wall_seconds`` is the time from it to the report, measured where
       the report is written.
+    run: what the report's header says of the run: ``inputs`` (the input
+      patterns as given) and ``version`` (of this package).
 
   Returns:
     A PCollection of the one report dict.
@@ -51,10 +53,12 @@ class WriteReport(beam.PTransform):
 
   def __init__(self, output: str, text_field: str = "text",
                id_field: str = "id", threshold: float = 1.0,
-               started: Optional[float] = None):
+               started: Optional[float] = None,
+               run: Optional[dict] = None):
     super().__init__()
     self._output = output
     self._started = started
+    self._run = dict(run or {})
     self._text_field = text_field
     self._id_field = id_field
     self._threshold = threshold
@@ -109,7 +113,8 @@ class WriteReport(beam.PTransform):
         _write, self._output, beam.pvalue.AsSingleton(timings),
         beam.pvalue.AsSingleton(largest), beam.pvalue.AsList(members),
         beam.pvalue.AsList(snippets), beam.pvalue.AsList(largest_min),
-        beam.pvalue.AsSingleton(chains), self._threshold, self._started)
+        beam.pvalue.AsSingleton(chains), self._threshold, self._started,
+        self._run)
 
 
 def _size_then_lowest_id(cluster):
@@ -155,15 +160,18 @@ class _ReadSnippetsFn(beam.DoFn):
 
 
 def _write(stats, output, timings, largest, members, snippets, largest_min,
-           chains, threshold, started):
+           chains, threshold, started, run):
   shown = {cluster_id: [(doc_id, not other, similarity, chain_kept)
                         for other, doc_id, similarity, chain_kept in firsts]
            for cluster_id, firsts in members}
   report = report_render.assemble(stats, timings, largest, shown,
                                   dict(snippets), dict(largest_min), chains,
                                   threshold)
+  report["run"] = run
   if started is not None:
     report["wall_seconds"] = round(time.time() - started, 3)
+    report["started_at"] = time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                         time.gmtime(started))
   write_report_files(output, report)
   return report
 

@@ -139,6 +139,8 @@ td.id{white-space:nowrap}
  white-space:pre-wrap;word-break:break-word}
 details{margin:8px 0}summary{cursor:pointer;font-weight:600}
 svg text{font:11px system-ui,sans-serif;fill:#1d2330}
+svg.wide{width:100%;height:auto}
+header code{font-size:12.5px}
 .grid{display:flex;flex-wrap:wrap;gap:16px}
 """
 
@@ -165,7 +167,7 @@ def _table(rows: Iterable[str], head: str = "") -> str:
   return f"<table>{head}<tbody>{''.join(rows)}</tbody></table>"
 
 
-def _line_chart(points, marks, width=560, height=280) -> str:
+def _line_chart(points, marks, width=990, height=380) -> str:
   """S-curve: polyline of ``points`` in [0,1]^2 plus vertical ``marks``
   (x, label, colour, dashed), labelled in a legend below the axis."""
   left, right, top, bottom = 48, 16, 12, 40
@@ -178,7 +180,8 @@ def _line_chart(points, marks, width=560, height=280) -> str:
   def y(v):
     return top + (1 - v) * h
 
-  parts = [f'<svg role="img" width="{width}" height="{height}" '
+  # Scales with the section (class "wide"): the viewBox keeps its shape.
+  parts = [f'<svg role="img" class="wide" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}">',
            '<title>P(candidate) against Jaccard similarity</title>']
   for i in range(6):
@@ -327,8 +330,34 @@ def _components(stats: dict) -> str:
           "changed nothing.</p>")
 
 
-def _timings(seconds: Dict[str, float], wall) -> str:
+def _run_line(run: dict, params: dict) -> str:
+  """Which inputs, which version and the parameters that decide the result
+  (the full list is under Parameters)."""
   parts = []
+  if run.get("inputs"):
+    parts.append("Inputs: " + ", ".join(f"<code>{_e(p)}</code>"
+                                        for p in run["inputs"]))
+  if run.get("version"):
+    parts.append(f"neardup {_e(run['version'])}")
+  shown = [(label, params[name]) for name, label in _RUN_PARAMS
+           if name in params]
+  if shown:
+    parts.append(", ".join(f"{label} {_e(value)}" for label, value in shown))
+  return (f'<p class="note">{" · ".join(parts)} (all of them under '
+          "Parameters).</p>")
+
+
+_RUN_PARAMS = (("shingle_unit", "shingles"), ("ngram", "n"),
+               ("num_perm", "K"), ("bands", "bands"), ("rows", "rows"),
+               ("threshold", "threshold"), ("verify", "verify"),
+               ("seed", "seed"))
+
+
+def _timings(seconds: Dict[str, float], wall, started_at=None) -> str:
+  parts = []
+  if started_at is not None:
+    parts.append(f'<p>Started <b data-stat="started_at">{_e(started_at)}'
+                 "</b>.</p>")
   if wall is not None:
     parts.append(f'<p>Job wall time: <b data-stat="wall_seconds">'
                  f"{wall:,.1f} s</b> (from the launch to this report).</p>")
@@ -351,11 +380,13 @@ def _timings(seconds: Dict[str, float], wall) -> str:
   return "\n".join(parts)
 
 
-def _clusters(clusters: List[dict], limits: dict) -> str:
+def _clusters(clusters: List[dict], limits: dict, total: int) -> str:
   if not clusters:
     return '<p class="note">No duplicate clusters.</p>'
-  out = [f'<p class="note">The {len(clusters)} largest clusters (of at most '
-         f"{limits['largest_clusters']}), with up to "
+  which = (f"All {total:,} clusters" if len(clusters) >= total else
+           f"The {len(clusters):,} largest of the {total:,} clusters")
+  out = [f'<p class="note">{which}, with up to '
+         
          f"{limits['members_shown']} members each (the kept one first, then "
          "by doc id; named by user id, else source:position) and the first "
          f"{limits['snippet_chars']} characters of each text. A cluster "
@@ -378,7 +409,7 @@ def _clusters(clusters: List[dict], limits: dict) -> str:
         f' data-size="{c["size"]}" data-chain="{chain_attr}">'
         f"<summary>cluster of {c['size']:,} documents · minimum Jaccard to "
         f"the kept one {_similarity(lowest)}{chain}</summary>"
-        + _table(rows, "<tr><th>document</th><th></th><th>Jaccard to kept"
+        + _table(rows, "<tr><th>document</th><th>verdict</th><th>Jaccard to kept"
                  "</th><th>text</th></tr>") + more + "</details>")
   return "\n".join(out)
 
@@ -404,6 +435,7 @@ def render_html(report: dict) -> str:
   stats = report["stats"]
   body = [
       "<header><h1>Near-duplicate run report</h1>"
+      + _run_line(report.get("run", {}), stats["params"]) +
       f'<p class="note">{stats["docs_in"]:,} records in, '
       f"{stats['removed']:,} removed as near-duplicates in "
       f"{stats['clusters']:,} clusters, "
@@ -422,9 +454,11 @@ def render_html(report: dict) -> str:
       _section("components", "Connected components", _components(stats)),
       _section("timings", "Stage timings",
                _timings(report["worker_seconds"],
-                        report.get("wall_seconds"))),
+                        report.get("wall_seconds"),
+                        report.get("started_at"))),
       _section("largest-clusters", "Largest clusters",
-               _clusters(report["largest_clusters"], report["limits"])),
+               _clusters(report["largest_clusters"], report["limits"],
+                         stats["clusters"])),
   ]
   return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
           "<meta name=\"viewport\" content=\"width=device-width\">"
