@@ -31,7 +31,7 @@ from tests.corpus import seed_corpus
 from tests.stream_harness import Collect, make_test_stream, read_collected
 from transforms.config import DedupConfig, StreamConfig
 from transforms.kernels import minhash, signature
-from transforms.stream.dedup import DeduplicateStream
+from transforms.stream.dedup import PRISM_NO_SPLIT, DeduplicateStream
 from transforms.stream.elements import (Arrival, ArrivalCoder, Member,
                                         MemberCoder)
 
@@ -88,7 +88,8 @@ def main():
   if args.runner == "prism":
     if find_prism() is None:
       sys.exit(missing_prism_reason())
-    options = ["--runner", "PrismRunner", "--prism_location", find_prism()]
+    options = ["--runner", "PrismRunner", "--prism_location", find_prism(),
+               f"--experiments={PRISM_NO_SPLIT}"]
   else:
     options = ["--runner", "BundleBasedDirectRunner"]
   folder = tempfile.mkdtemp()

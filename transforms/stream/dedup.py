@@ -21,6 +21,7 @@ from typing import Tuple
 import apache_beam as beam
 import numpy as np
 from apache_beam.coders import VarIntCoder
+from apache_beam.options.pipeline_options import DebugOptions, StandardOptions
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec,
                                               ReadModifyWriteStateSpec,
@@ -42,6 +43,12 @@ from transforms.stream.elements import (Answer, AnswerCoder, Arrival,
                                         Verdict)
 
 LATE = "late"
+# Prism (v2.77) splits a slow bundle of a stateful stage and hands the
+# residual's keys to a second bundle while the first still holds them: two
+# bundles then read and write one key's state at once, losing or repeating
+# verdicts (reproduced in tests/test_stream_prism.py). This experiment turns
+# its dynamic splitting off.
+PRISM_NO_SPLIT = "prism_disable_sdf_split"
 _MAX_BATCH = 4096
 _NO_SHINGLES = np.zeros(0, dtype=np.uint64)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
@@ -78,12 +85,26 @@ class DeduplicateStream(beam.PTransform):
     self._config = config
 
   def expand(self, docs):
+    check_runner(docs.pipeline.options)
     c = self._config
     signed = docs | "Sign" >> Sign(c)
     answers = signed | "BandEntries" >> BandEntries() | "Buckets" >> Buckets(c)
     verdicts = ({"answers": answers, "signed": signed}
                 | "Verdicts" >> Verdicts(c))
     return {"verdicts": verdicts.verdicts, "late": verdicts[LATE]}
+
+
+def check_runner(options) -> None:
+  """Raises ValueError before the job starts where the runner would
+  corrupt keyed state: PrismRunner without :data:`PRISM_NO_SPLIT`."""
+  runner = options.view_as(StandardOptions).runner or ""
+  experiments = options.view_as(DebugOptions).experiments or []
+  if runner.endswith("PrismRunner") and PRISM_NO_SPLIT not in experiments:
+    raise ValueError(
+        f"DeduplicateStream on Prism needs --experiments={PRISM_NO_SPLIT}:"
+        " Prism's dynamic splits let two bundles process one key's state at"
+        " once, which loses or repeats verdicts (python -m pipeline"
+        " --streaming adds it).")
 
 
 class Sign(beam.PTransform):
