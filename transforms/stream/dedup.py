@@ -206,8 +206,9 @@ class Buckets(beam.PTransform):
 class _BucketFn(beam.DoFn):
   """One LSH bucket: a :class:`BucketState` (its representative, its clock:
   the latest event-time timer fired for it, a lower bound of the watermark,
-  which tells late entries apart) and the entries waiting to be decided in
-  order (``event_time`` mode, read only when they are decided).
+  which tells late entries apart, and the first entries waiting to be
+  decided in order in ``event_time`` mode) and a bag of the other waiting
+  entries (read only when they are decided).
 
   Timers: ``expire`` drops the representative once the watermark passes
   its event time + window + allowed lateness (the clock alone is kept for
@@ -245,7 +246,10 @@ class _BucketFn(beam.DoFn):
       return
     if c.mode == "event_time" and stream_kernels.needs_order(
         bucket.rep, member, c.dedup_window_ms):
-      pending.add(entry)
+      if len(bucket.waiting) < _INLINE_WAITING:
+        bucket = bucket._replace(waiting=bucket.waiting + (entry,))
+      else:
+        pending.add(entry)
       bucket = bucket._replace(pending=bucket.pending + 1)
       self._pending_now.inc()
       if bucket.pending >= c.max_pending:
@@ -313,14 +317,16 @@ class _BucketFn(beam.DoFn):
     if not bucket.pending:
       return bucket, []
     c = self._config
+    in_bag = bucket.pending > len(bucket.waiting)
     due, rest = [], []
-    for e in pending.read():
+    for e in bucket.waiting + (tuple(pending.read()) if in_bag else ()):
       (due if now is None or e.member.event_ms + c.settle_ms <= now
        else rest).append(e)
     if not due:
       return bucket, []
-    pending.clear()
-    for entry in rest:
+    if in_bag:
+      pending.clear()
+    for entry in rest[_INLINE_WAITING:]:
       pending.add(entry)
     self._pending_now.dec(len(due))
     settle_at = None
@@ -336,7 +342,8 @@ class _BucketFn(beam.DoFn):
                        similarity)
                for member, kind, judged_by, similarity in decided]
     return bucket._replace(rep=new_rep, settle_at=settle_at,
-                           pending=len(rest)), answers
+                           pending=len(rest),
+                           waiting=tuple(rest[:_INLINE_WAITING])), answers
 
   def _store(self, old, new, expire):
     """Counts a change of representative and arms its expiry."""
@@ -353,6 +360,10 @@ class _BucketFn(beam.DoFn):
 
 
 _EMPTY_BUCKET = BucketState()
+# Waiting entries kept in the bucket's cell; more go to its bag. Most buckets
+# wait for one entry (a new document's); a hot bucket's hundreds are not
+# rewritten with every entry.
+_INLINE_WAITING = 4
 
 
 def _advance(bucket: BucketState, now: int) -> BucketState:

@@ -11,7 +11,7 @@ new format byte; decoders reject one they do not know.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -101,15 +101,17 @@ class Verdict(NamedTuple):
 
 
 class BucketState(NamedTuple):
-  """All of one bucket's state but its waiting entries, in one cell (one
-  state read and one write per bundle and key, where a cell per field costs
-  a runner round trip each): its representative, its clock (the latest
-  event-time timer fired for it, None before the first), the time its
-  ``settle`` timer is set for, and how many entries wait."""
+  """All of one bucket's state in one cell (one state read and one write per
+  bundle and key, where a cell per field costs a runner round trip each)
+  but for waiting entries beyond the first few: its representative, its
+  clock (the latest event-time timer fired for it, None before the first),
+  the time its ``settle`` timer is set for, how many entries wait in all,
+  and the first of them (``waiting``; the others are in a bag)."""
   rep: Optional[Member] = None
   clock: Optional[int] = None
   settle_at: Optional[int] = None
   pending: int = 0
+  waiting: Tuple[BandEntry, ...] = ()
 
 
 class Progress(NamedTuple):
@@ -350,14 +352,19 @@ class BucketStateCoder(_Coder):
     w.i64(value.pending).i64(int(value.rep is not None))
     if value.rep is not None:
       _write_member(w, value.rep)
+    w.i64(len(value.waiting))
+    for entry in value.waiting:
+      _write_member(w.i64(entry.band), entry.member)
     return w.done()
 
   def decode(self, encoded: bytes) -> BucketState:
     r = _Reader(encoded, "BucketState")
     clock, settle_at = _read_optional_int(r), _read_optional_int(r)
     pending, has_rep = r.i64(), r.i64()
-    return BucketState(_read_member(r) if has_rep else None, clock,
-                       settle_at, pending)
+    rep = _read_member(r) if has_rep else None
+    waiting = tuple(BandEntry(r.i64(), _read_member(r))
+                    for _ in range(r.i64()))
+    return BucketState(rep, clock, settle_at, pending, waiting)
 
 
 class ProgressCoder(_Coder):
