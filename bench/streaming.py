@@ -31,14 +31,16 @@ from tests.corpus import seed_corpus
 from tests.stream_harness import Collect, make_test_stream, read_collected
 from transforms.config import DedupConfig, StreamConfig
 from transforms.kernels import compiled_signature as signature, minhash
-from transforms.stream.dedup import DeduplicateStream
-from transforms.stream.elements import (Arrival, ArrivalCoder, Member,
-                                        MemberCoder)
+from transforms.stream.dedup import PRISM_NO_SPLIT, DeduplicateStream
+from transforms.stream.elements import (Arrival, ArrivalCoder, BucketState,
+                                        BucketStateCoder, Member, MemberCoder,
+                                        Progress, ProgressCoder)
 
 
 def state_bytes_per_kept(texts, config: DedupConfig, id_chars: int):
-  """Encoded bytes a kept document leaves in Buckets (one representative per
-  band) and, until its lateness passes, in Verdicts (the done flag)."""
+  """Encoded bytes a kept document leaves in Buckets (a bucket's cell with
+  its representative and clock, plus the 8-byte key, per band) and, until
+  its lateness passes, in Verdicts (the done cell)."""
   a, b = minhash.permutations(config.num_perm, config.seed)
   sigs, _ = signature.signature_batch(texts, unit=config.shingle_unit,
                                       ngram=config.ngram, seed=config.seed,
@@ -48,15 +50,17 @@ def state_bytes_per_kept(texts, config: DedupConfig, id_chars: int):
     _, offsets = signature.shingle_sets(texts, unit=config.shingle_unit,
                                         ngram=config.ngram, seed=config.seed)
     shingle_counts = (offsets[1:] - offsets[:-1]).tolist()
-  coder = MemberCoder()
-  reps = [len(coder.encode(Member("x" * id_chars, 0, sigs[i],
-                                  np.zeros(shingle_counts[i], np.uint64))))
-          for i in range(len(texts))]
-  rep = sum(reps) / len(reps)
-  # Per bucket also its 8-byte key and the clock; per document the verdict
-  # stage's done flag until the allowed lateness has passed.
-  return {"representative_bytes": round(rep, 1),
-          "bucket_bytes_per_kept_doc": round(config.bands * (rep + 8 + 9), 1),
+  members = [Member("x" * id_chars, 0, sigs[i],
+                    np.zeros(shingle_counts[i], np.uint64))
+             for i in range(len(texts))]
+  rep = np.mean([len(MemberCoder().encode(m)) for m in members])
+  cell = np.mean([len(BucketStateCoder().encode(BucketState(m, clock=0)))
+                  for m in members])
+  return {"representative_bytes": round(float(rep), 1),
+          "bucket_bytes_per_kept_doc": round(float(config.bands * (cell + 8)),
+                                             1),
+          "verdict_done_bytes": len(ProgressCoder().encode(
+              Progress(done=True))),
           "arrival_bytes_example": len(ArrivalCoder().encode(
               Arrival(0, config.bands, "signed", texts[0].encode(), 0)))}
 
@@ -88,7 +92,8 @@ def main():
   if args.runner == "prism":
     if find_prism() is None:
       sys.exit(missing_prism_reason())
-    options = ["--runner", "PrismRunner", "--prism_location", find_prism()]
+    options = ["--runner", "PrismRunner", "--prism_location", find_prism(),
+               f"--experiments={PRISM_NO_SPLIT}"]
   else:
     options = ["--runner", "BundleBasedDirectRunner"]
   folder = tempfile.mkdtemp()

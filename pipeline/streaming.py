@@ -19,7 +19,8 @@ from typing import List, Optional
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import (PipelineOptions,
+from apache_beam.options.pipeline_options import (DebugOptions,
+                                                  PipelineOptions,
                                                   PrismRunnerOptions,
                                                   StandardOptions)
 from apache_beam.transforms.window import TimestampedValue
@@ -30,7 +31,7 @@ from pipeline.options import CLI_ONLY, DedupOptions, config_from_options
 from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
                                StreamConfig, parse_duration_ms)
 from transforms.read import detect_format, iter_lines
-from transforms.stream.dedup import DeduplicateStream
+from transforms.stream.dedup import PRISM_NO_SPLIT, DeduplicateStream
 from transforms.stream.messages import (REJECTED, ParseRecords, RawRecord,
                                         rejected_json, verdict_json)
 
@@ -39,6 +40,9 @@ from transforms.stream.messages import (REJECTED, ParseRecords, RawRecord,
 # fires event-time timers early and busy-polls a watched folder).
 DEFAULT_RUNNER = "BundleBasedDirectRunner"
 PUBLISH = ("verdicts", "kept")
+# Runners that may be Prism (a PortableRunner's job server can be): they get
+# PRISM_NO_SPLIT, which other runners ignore.
+_MAYBE_PRISM = ("PrismRunner", "PortableRunner")
 # Output folders under --output.
 VERDICTS_DIR, DEDUPED_DIR, LATE_DIR, REJECTED_DIR = (
     "verdicts", "deduped", "late", "rejected")
@@ -348,6 +352,8 @@ def main(argv: Optional[List[str]] = None) -> int:
       options.view_as(PrismRunnerOptions).prism_location = prism
     else:
       options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+  if options.view_as(StandardOptions).runner.endswith(_MAYBE_PRISM):
+    options.view_as(DebugOptions).add_experiment(PRISM_NO_SPLIT)
   try:
     config = stream_config(options)
     check_io(options)

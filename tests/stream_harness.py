@@ -18,6 +18,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.engines import find_prism
 from tests.services import Service, free_port
+from transforms.stream.dedup import PRISM_NO_SPLIT
 from transforms.stream.elements import StreamDocument
 
 DIRECT = "direct"
@@ -36,7 +37,8 @@ class PrismServer(Service):
 
   def options(self) -> List[str]:
     return ["--runner", "PortableRunner", "--job_endpoint",
-            f"localhost:{self.port}", "--environment_type", "LOOPBACK"]
+            f"localhost:{self.port}", "--environment_type", "LOOPBACK",
+            f"--experiments={PRISM_NO_SPLIT}"]
 
 
 def doc(doc_id: str, text: str, ts_ms: int) -> TimestampedValue:

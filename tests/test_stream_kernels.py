@@ -9,9 +9,11 @@ from transforms.config import ConfigError, DedupConfig, StreamConfig
 from transforms.config import parse_duration_ms
 from transforms.kernels import stream as sk
 from transforms.stream.elements import (Answer, Arrival, BandEntry,
-                                        BandEntryCoder, Member, MemberCoder,
-                                        Report, ReportCoder, Signed,
-                                        SignedCoder, Verdict, VerdictCoder)
+                                        BandEntryCoder, BucketState,
+                                        BucketStateCoder, Member, MemberCoder,
+                                        Progress, ProgressCoder, Report,
+                                        ReportCoder, Signed, SignedCoder,
+                                        Verdict, VerdictCoder)
 
 K = 16
 WINDOW = 1000
@@ -126,6 +128,25 @@ def test_coders_round_trip_and_are_compact():
   assert MemberCoder().is_deterministic()
   with pytest.raises(ValueError, match="unknown encoding format"):
     MemberCoder().decode(b"\x07" + encoded[1:])
+
+
+def test_state_cells_round_trip():
+  m = Member("r", 4, np.arange(K, dtype=np.uint32))
+  for bucket in (BucketState(), BucketState(m, 7, None, 0),
+                 BucketState(None, None, 12, 5, (BandEntry(2, m),
+                                                 BandEntry(3, m)))):
+    back = BucketStateCoder().decode(BucketStateCoder().encode(bucket))
+    assert (back.clock, back.settle_at, back.pending) == bucket[1:4]
+    assert (back.rep is None) == (bucket.rep is None)
+    assert [(e.band, e.member.doc_id) for e in back.waiting] == [
+        (e.band, e.member.doc_id) for e in bucket.waiting]
+    if bucket.rep is not None:
+      assert np.array_equal(back.rep.signature, m.signature)
+  for progress in (Progress(), Progress(done=True),
+                   Progress(False, Arrival(1, 64, "signed", b"x", 2),
+                            (1 << 63) | 5, Answer(63, sk.MATCH, "a", 0, 0.75),
+                            Answer(0, sk.LATE, "", 9, 0.0))):
+    assert ProgressCoder().decode(ProgressCoder().encode(progress)) == progress
 
 
 def test_stream_config_validates_and_parses_durations():

@@ -20,7 +20,7 @@ from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.coders import VarIntCoder
+from apache_beam.options.pipeline_options import DebugOptions, StandardOptions
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec,
                                               ReadModifyWriteStateSpec,
@@ -35,13 +35,19 @@ from transforms.kernels import minhash as minhash_kernels
 from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import stream as stream_kernels
 from transforms.sign import normalize_options
-from transforms.stream.elements import (Answer, AnswerCoder, Arrival,
-                                        ArrivalCoder, BandEntry,
-                                        BandEntryCoder, Member, MemberCoder,
-                                        Report, Signed, StreamDocument,
-                                        Verdict)
+from transforms.stream.elements import (Answer, Arrival, BandEntry,
+                                        BandEntryCoder, BucketState,
+                                        BucketStateCoder, Member, MemberCoder,
+                                        Progress, ProgressCoder, Report,
+                                        Signed, StreamDocument, Verdict)
 
 LATE = "late"
+# Prism (v2.77) splits a slow bundle of a stateful stage and hands the
+# residual's keys to a second bundle while the first still holds them: two
+# bundles then read and write one key's state at once, losing or repeating
+# verdicts (reproduced in tests/test_stream_prism.py). This experiment turns
+# its dynamic splitting off.
+PRISM_NO_SPLIT = "prism_disable_sdf_split"
 _MAX_BATCH = 4096
 _NO_SHINGLES = np.zeros(0, dtype=np.uint64)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
@@ -78,12 +84,26 @@ class DeduplicateStream(beam.PTransform):
     self._config = config
 
   def expand(self, docs):
+    check_runner(docs.pipeline.options)
     c = self._config
     signed = docs | "Sign" >> Sign(c)
     answers = signed | "BandEntries" >> BandEntries() | "Buckets" >> Buckets(c)
     verdicts = ({"answers": answers, "signed": signed}
                 | "Verdicts" >> Verdicts(c))
     return {"verdicts": verdicts.verdicts, "late": verdicts[LATE]}
+
+
+def check_runner(options) -> None:
+  """Raises ValueError before the job starts where the runner would
+  corrupt keyed state: PrismRunner without :data:`PRISM_NO_SPLIT`."""
+  runner = options.view_as(StandardOptions).runner or ""
+  experiments = options.view_as(DebugOptions).experiments or []
+  if runner.endswith("PrismRunner") and PRISM_NO_SPLIT not in experiments:
+    raise ValueError(
+        f"DeduplicateStream on Prism needs --experiments={PRISM_NO_SPLIT}:"
+        " Prism's dynamic splits let two bundles process one key's state at"
+        " once, which loses or repeats verdicts (python -m pipeline"
+        " --streaming adds it).")
 
 
 class Sign(beam.PTransform):
@@ -184,10 +204,11 @@ class Buckets(beam.PTransform):
 
 
 class _BucketFn(beam.DoFn):
-  """One LSH bucket: its representative (:class:`Member`), the entries
-  waiting to be decided in order (``event_time`` mode), and its clock: the
-  latest event-time timer fired for it, a lower bound of the watermark,
-  which tells late entries apart.
+  """One LSH bucket: a :class:`BucketState` (its representative, its clock:
+  the latest event-time timer fired for it, a lower bound of the watermark,
+  which tells late entries apart, and the first entries waiting to be
+  decided in order in ``event_time`` mode) and a bag of the other waiting
+  entries (read only when they are decided).
 
   Timers: ``expire`` drops the representative once the watermark passes
   its event time + window + allowed lateness (the clock alone is kept for
@@ -195,11 +216,8 @@ class _BucketFn(beam.DoFn):
   whose event time + settle the watermark passed.
   """
 
-  REP = ReadModifyWriteStateSpec("rep", MemberCoder())
+  STATE = ReadModifyWriteStateSpec("bucket", BucketStateCoder())
   PENDING = BagStateSpec("pending", BandEntryCoder())
-  PENDING_COUNT = ReadModifyWriteStateSpec("pending_count", VarIntCoder())
-  SETTLE_AT = ReadModifyWriteStateSpec("settle_at", VarIntCoder())
-  CLOCK = ReadModifyWriteStateSpec("clock", VarIntCoder())
   EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
   SETTLE = TimerSpec("settle", TimeDomain.WATERMARK)
 
@@ -213,137 +231,145 @@ class _BucketFn(beam.DoFn):
     self._early = metrics.counter(metrics.STREAM_EARLY_SETTLES)
     self._coder = MemberCoder()
 
-  def process(self, element, rep_state=beam.DoFn.StateParam(REP),
+  def process(self, element, state=beam.DoFn.StateParam(STATE),
               pending=beam.DoFn.StateParam(PENDING),
-              pending_count=beam.DoFn.StateParam(PENDING_COUNT),
-              settle_at=beam.DoFn.StateParam(SETTLE_AT),
-              clock=beam.DoFn.StateParam(CLOCK),
               expire=beam.DoFn.TimerParam(EXPIRE),
               settle=beam.DoFn.TimerParam(SETTLE)):
     _, entry = element
     c = self._config
     member = entry.member
-    seen = clock.read()
-    if seen is not None and member.event_ms + c.allowed_lateness_ms < seen:
+    bucket = state.read() or _EMPTY_BUCKET
+    if (bucket.clock is not None
+        and member.event_ms + c.allowed_lateness_ms < bucket.clock):
       yield member.doc_id, Report(answer=Answer(
-          entry.band, stream_kernels.LATE, "", seen, 0.0))
+          entry.band, stream_kernels.LATE, "", bucket.clock, 0.0))
       return
-    rep = rep_state.read()
     if c.mode == "event_time" and stream_kernels.needs_order(
-        rep, member, c.dedup_window_ms):
-      count = (pending_count.read() or 0) + 1
-      pending.add(entry)
-      pending_count.write(count)
+        bucket.rep, member, c.dedup_window_ms):
+      if len(bucket.waiting) < _INLINE_WAITING:
+        bucket = bucket._replace(waiting=bucket.waiting + (entry,))
+      else:
+        pending.add(entry)
+      bucket = bucket._replace(pending=bucket.pending + 1)
       self._pending_now.inc()
-      if count >= c.max_pending:
+      if bucket.pending >= c.max_pending:
         self._early.inc()
-        yield from self._settle(None, rep_state, pending, pending_count,
-                                settle_at, expire, settle)
+        bucket, answers = self._settle(None, bucket, pending, expire, settle)
+        state.write(bucket)
+        yield from answers
         return
       due = member.event_ms + c.settle_ms
-      armed = settle_at.read()
-      if armed is None or due < armed:
-        settle_at.write(due)
+      if bucket.settle_at is None or due < bucket.settle_at:
+        bucket = bucket._replace(settle_at=due)
         settle.set(to_timestamp(due))
+      state.write(bucket)
       return
     new_rep, kind, judged_by, similarity = stream_kernels.decide(
-        rep, member, c.dedup_window_ms, c.dedup.verify, c.dedup.threshold)
-    self._store(rep, new_rep, rep_state, expire)
+        bucket.rep, member, c.dedup_window_ms, c.dedup.verify,
+        c.dedup.threshold)
+    if new_rep is not bucket.rep:
+      self._store(bucket.rep, new_rep, expire)
+      state.write(bucket._replace(rep=new_rep))
     yield _answer(entry, kind, judged_by, similarity)
 
   @on_timer(SETTLE)
   def on_settle(self, fired=beam.DoFn.TimestampParam,
-                rep_state=beam.DoFn.StateParam(REP),
+                state=beam.DoFn.StateParam(STATE),
                 pending=beam.DoFn.StateParam(PENDING),
-                pending_count=beam.DoFn.StateParam(PENDING_COUNT),
-                settle_at=beam.DoFn.StateParam(SETTLE_AT),
-                clock=beam.DoFn.StateParam(CLOCK),
                 expire=beam.DoFn.TimerParam(EXPIRE),
                 settle=beam.DoFn.TimerParam(SETTLE)):
     now = event_ms(fired)
-    _advance(clock, now)
-    yield from self._settle(now, rep_state, pending, pending_count,
-                            settle_at, expire, settle)
+    bucket = _advance(state.read() or _EMPTY_BUCKET, now)
+    bucket, answers = self._settle(now, bucket, pending, expire, settle)
+    state.write(bucket)
+    yield from answers
 
   @on_timer(EXPIRE)
   def on_expire(self, fired=beam.DoFn.TimestampParam,
-                rep_state=beam.DoFn.StateParam(REP),
+                state=beam.DoFn.StateParam(STATE),
                 pending=beam.DoFn.StateParam(PENDING),
-                pending_count=beam.DoFn.StateParam(PENDING_COUNT),
-                settle_at=beam.DoFn.StateParam(SETTLE_AT),
-                clock=beam.DoFn.StateParam(CLOCK),
                 expire=beam.DoFn.TimerParam(EXPIRE),
                 settle=beam.DoFn.TimerParam(SETTLE)):
     c = self._config
     now = event_ms(fired)
-    _advance(clock, now)
+    bucket = _advance(state.read() or _EMPTY_BUCKET, now)
     # Entries due by now are decided against the representative first, in
     # case the two timers fire at the same time in the other order.
-    yield from self._settle(now, rep_state, pending, pending_count,
-                            settle_at, expire, settle)
-    rep = rep_state.read()
+    bucket, answers = self._settle(now, bucket, pending, expire, settle)
+    yield from answers
+    rep = bucket.rep
     if rep is not None and rep.event_ms + c.retention_ms > now:
       expire.set(to_timestamp(rep.event_ms + c.retention_ms))
     elif rep is not None:
-      self._store(rep, None, rep_state, expire)
+      self._store(rep, None, expire)
+      bucket = bucket._replace(rep=None)
       # The clock outlives the representative, to recognise late entries.
       expire.set(to_timestamp(now + c.retention_ms))
-    elif not pending_count.read():
-      clock.clear()
+    elif not bucket.pending:
+      state.clear()
+      return
+    state.write(bucket)
 
-  def _settle(self, now, rep_state, pending, pending_count, settle_at,
-              expire, settle):
+  def _settle(self, now, bucket, pending, expire, settle):
     """Decides, in order, the pending entries due at ``now`` (all of them
-    when ``now`` is None) and re-arms ``settle`` for the others."""
-    if not pending_count.read():
-      return
+    when ``now`` is None) and re-arms ``settle`` for the others; returns the
+    new :class:`BucketState` and the answers."""
+    if not bucket.pending:
+      return bucket, []
     c = self._config
-    entries = list(pending.read())
-    due = [e for e in entries
-           if now is None or e.member.event_ms + c.settle_ms <= now]
-    rest = [e for e in entries if not any(e is d for d in due)]
+    in_bag = bucket.pending > len(bucket.waiting)
+    due, rest = [], []
+    for e in bucket.waiting + (tuple(pending.read()) if in_bag else ()):
+      (due if now is None or e.member.event_ms + c.settle_ms <= now
+       else rest).append(e)
     if not due:
-      return
-    pending.clear()
-    for entry in rest:
+      return bucket, []
+    if in_bag:
+      pending.clear()
+    for entry in rest[_INLINE_WAITING:]:
       pending.add(entry)
-    pending_count.write(len(rest))
     self._pending_now.dec(len(due))
+    settle_at = None
     if rest:
-      due_at = min(e.member.event_ms for e in rest) + c.settle_ms
-      settle_at.write(due_at)
-      settle.set(to_timestamp(due_at))
-    else:
-      settle_at.clear()
-    rep = rep_state.read()
+      settle_at = min(e.member.event_ms for e in rest) + c.settle_ms
+      settle.set(to_timestamp(settle_at))
     bands = {id(e.member): e.band for e in due}
-    new_rep, answers = stream_kernels.decide_in_order(
-        rep, [e.member for e in due], c.dedup_window_ms, c.dedup.verify,
-        c.dedup.threshold)
-    self._store(rep, new_rep, rep_state, expire)
-    for member, kind, judged_by, similarity in answers:
-      yield _answer(BandEntry(bands[id(member)], member), kind, judged_by,
-                    similarity)
+    new_rep, decided = stream_kernels.decide_in_order(
+        bucket.rep, [e.member for e in due], c.dedup_window_ms,
+        c.dedup.verify, c.dedup.threshold)
+    self._store(bucket.rep, new_rep, expire)
+    answers = [_answer(BandEntry(bands[id(member)], member), kind, judged_by,
+                       similarity)
+               for member, kind, judged_by, similarity in decided]
+    return bucket._replace(rep=new_rep, settle_at=settle_at,
+                           pending=len(rest),
+                           waiting=tuple(rest[:_INLINE_WAITING])), answers
 
-  def _store(self, old, new, rep_state, expire):
+  def _store(self, old, new, expire):
+    """Counts a change of representative and arms its expiry."""
     if new is old:
       return
     if old is not None:
       self._live.dec()
       self._state_bytes.dec(len(self._coder.encode(old)))
     if new is None:
-      rep_state.clear()
       return
-    rep_state.write(new)
     self._live.inc()
     self._state_bytes.inc(len(self._coder.encode(new)))
     expire.set(to_timestamp(new.event_ms + self._config.retention_ms))
 
 
-def _advance(clock, now: int) -> None:
-  seen = clock.read()
-  if seen is None or now > seen:
-    clock.write(now)
+_EMPTY_BUCKET = BucketState()
+# Waiting entries kept in the bucket's cell; more go to its bag. Most buckets
+# wait for one entry (a new document's); a hot bucket's hundreds are not
+# rewritten with every entry.
+_INLINE_WAITING = 4
+
+
+def _advance(bucket: BucketState, now: int) -> BucketState:
+  if bucket.clock is None or now > bucket.clock:
+    return bucket._replace(clock=now)
+  return bucket
 
 
 def _answer(entry: BandEntry, kind, judged_by, similarity):
@@ -379,14 +405,13 @@ def _arrival(signed: Signed, bands: int):
 
 
 class _VerdictFn(beam.DoFn):
-  """Waits for a document's arrival and answers from all its bands, emits
-  its verdict once, and remembers that it did until the watermark passes
-  its event time + allowed lateness (``clear``), so a redelivery until then
-  gets no second verdict."""
+  """Gathers a document's arrival and the answers of all its bands in one
+  :class:`Progress` cell (one state read and write per report, never a
+  re-read of the answers so far), emits its verdict once, and remembers
+  that it did until the watermark passes its event time + allowed lateness
+  (``clear``), so a redelivery until then gets no second verdict."""
 
-  ARRIVAL = ReadModifyWriteStateSpec("arrival", ArrivalCoder())
-  ANSWERS = BagStateSpec("answers", AnswerCoder())
-  DONE = ReadModifyWriteStateSpec("done", VarIntCoder())
+  PROGRESS = ReadModifyWriteStateSpec("progress", ProgressCoder())
   CLEAR = TimerSpec("clear", TimeDomain.WATERMARK)
 
   def __init__(self, config: StreamConfig):
@@ -398,33 +423,25 @@ class _VerdictFn(beam.DoFn):
         metrics.STREAM_REDELIVERED)}
     self._latency = metrics.distribution(metrics.STREAM_VERDICT_LATENCY)
 
-  def process(self, element, arrival_state=beam.DoFn.StateParam(ARRIVAL),
-              answers=beam.DoFn.StateParam(ANSWERS),
-              done=beam.DoFn.StateParam(DONE),
+  def process(self, element, state=beam.DoFn.StateParam(PROGRESS),
               clear=beam.DoFn.TimerParam(CLEAR)):
     doc_id, report = element
-    if done.read():
+    progress = state.read() or _NO_PROGRESS
+    if progress.done or (report.arrival is not None
+                         and progress.arrival is not None):
       if report.arrival is not None:
         self._counters[metrics.STREAM_REDELIVERED].inc()
       return
-    arrival = arrival_state.read()
     if report.arrival is not None:
-      if arrival is not None:
-        self._counters[metrics.STREAM_REDELIVERED].inc()
-        return
-      arrival = report.arrival
-      arrival_state.write(arrival)
+      progress = progress._replace(arrival=report.arrival)
     else:
-      answers.add(report.answer)
-    if arrival is None:
-      return
-    gathered = list(answers.read()) if arrival.expect else []
-    verdict = _verdict(doc_id, arrival, gathered)
+      progress = _gather(progress, report.answer)
+    verdict = _verdict(doc_id, progress)
     if verdict is None:
+      state.write(progress)
       return
-    done.write(1)
-    arrival_state.clear()
-    answers.clear()
+    state.write(_DONE)
+    arrival = progress.arrival
     # Set only now: a late document's time may be behind the watermark
     # already, and the timer must not clear its arrival before its verdict.
     clear.set(to_timestamp(arrival.event_ms
@@ -439,37 +456,60 @@ class _VerdictFn(beam.DoFn):
       yield verdict
 
   @on_timer(CLEAR)
-  def on_clear(self, arrival_state=beam.DoFn.StateParam(ARRIVAL),
-               answers=beam.DoFn.StateParam(ANSWERS),
-               done=beam.DoFn.StateParam(DONE)):
-    done.clear()
-    arrival_state.clear()
-    answers.clear()
+  def on_clear(self, state=beam.DoFn.StateParam(PROGRESS)):
+    state.clear()
 
 
-def _verdict(doc_id: str, arrival: Arrival, answers):
+_NO_PROGRESS = Progress()
+_DONE = Progress(done=True)
+
+
+def _match_order(answer: Answer):
+  """Best match first: the highest similarity, then the earliest, then
+  the lowest band, so the verdict never depends on the answers' order."""
+  return (-answer.similarity, answer.other_ms,
+          answer.other_id.encode("utf-8"), answer.band)
+
+
+def _gather(progress: Progress, answer: Answer) -> Progress:
+  """``progress`` with one more answer (a repeated band changes nothing)."""
+  bit = 1 << answer.band
+  if progress.bands & bit:
+    return progress
+  progress = progress._replace(bands=progress.bands | bit)
+  if answer.kind == stream_kernels.LATE and (
+      progress.late is None or answer.band < progress.late.band):
+    return progress._replace(late=answer)
+  if answer.kind == stream_kernels.MATCH and (
+      progress.best is None or _match_order(answer) < _match_order(
+          progress.best)):
+    return progress._replace(best=answer)
+  return progress
+
+
+def _verdict(doc_id: str, progress: Progress):
   """The verdict once it is decided, else None: late at the first late
-  answer; otherwise when every band answered, a duplicate of the matching
-  representative with the highest similarity (then the earliest, then the
-  lowest band), so the verdict never depends on the answers' order."""
+  answer; otherwise when every band answered, a duplicate of the best
+  matching representative (:func:`_match_order`), or kept."""
+  arrival = progress.arrival
+  if arrival is None:
+    return None
   if arrival.expect == 0:
     return Verdict(doc_id, arrival.event_ms, "kept", arrival.status, None,
                    None, None, arrival.record)
-  late = [a for a in answers if a.kind == stream_kernels.LATE]
-  if late:
+  late = progress.late
+  if late is not None:
     return Verdict(
         doc_id, arrival.event_ms, LATE,
         f"event time {arrival.event_ms} ms is more than the allowed lateness"
-        f" behind the watermark (at least {late[0].other_ms} ms in band"
-        f" {late[0].band})", None, None, None, arrival.record)
-  if len({a.band for a in answers}) < arrival.expect:
+        f" behind the watermark (at least {late.other_ms} ms in band"
+        f" {late.band})", None, None, None, arrival.record)
+  if bin(progress.bands).count("1") < arrival.expect:
     return None
-  matches = [a for a in answers if a.kind == stream_kernels.MATCH]
-  if not matches:
+  best = progress.best
+  if best is None:
     return Verdict(doc_id, arrival.event_ms, "kept", "unique", None, None,
                    None, arrival.record)
-  best = min(matches, key=lambda a: (-a.similarity, a.other_ms,
-                                     a.other_id.encode("utf-8"), a.band))
   return Verdict(doc_id, arrival.event_ms, "duplicate",
                  f"band {best.band}", best.other_id, best.other_ms,
                  best.similarity, arrival.record)

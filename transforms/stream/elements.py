@@ -11,7 +11,7 @@ new format byte; decoders reject one they do not know.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -98,6 +98,31 @@ class Verdict(NamedTuple):
   duplicate_of_ms: Optional[int]
   similarity: Optional[float]
   record: bytes
+
+
+class BucketState(NamedTuple):
+  """All of one bucket's state in one cell (one state read and one write per
+  bundle and key, where a cell per field costs a runner round trip each)
+  but for waiting entries beyond the first few: its representative, its
+  clock (the latest event-time timer fired for it, None before the first),
+  the time its ``settle`` timer is set for, how many entries wait in all,
+  and the first of them (``waiting``; the others are in a bag)."""
+  rep: Optional[Member] = None
+  clock: Optional[int] = None
+  settle_at: Optional[int] = None
+  pending: int = 0
+  waiting: Tuple[BandEntry, ...] = ()
+
+
+class Progress(NamedTuple):
+  """One document's verdict state, in one cell: its arrival, the bands
+  that answered (a bit each), the best match and the first late answer so
+  far; ``done`` once its verdict went out (then nothing else is kept)."""
+  done: bool = False
+  arrival: Optional[Arrival] = None
+  bands: int = 0
+  best: Optional[Answer] = None
+  late: Optional[Answer] = None
 
 
 class StreamRejected(NamedTuple):
@@ -309,6 +334,63 @@ class VerdictCoder(_Coder):
                    None if similarity != similarity else similarity, r.blob())
 
 
+def _write_optional_int(w: _Writer, value: Optional[int]) -> _Writer:
+  return w.i64(_NONE if value is None else value)
+
+
+def _read_optional_int(r: _Reader) -> Optional[int]:
+  value = r.i64()
+  return None if value == _NONE else value
+
+
+class BucketStateCoder(_Coder):
+
+  def encode(self, value: BucketState) -> bytes:
+    w = _Writer()
+    _write_optional_int(w, value.clock)
+    _write_optional_int(w, value.settle_at)
+    w.i64(value.pending).i64(int(value.rep is not None))
+    if value.rep is not None:
+      _write_member(w, value.rep)
+    w.i64(len(value.waiting))
+    for entry in value.waiting:
+      _write_member(w.i64(entry.band), entry.member)
+    return w.done()
+
+  def decode(self, encoded: bytes) -> BucketState:
+    r = _Reader(encoded, "BucketState")
+    clock, settle_at = _read_optional_int(r), _read_optional_int(r)
+    pending, has_rep = r.i64(), r.i64()
+    rep = _read_member(r) if has_rep else None
+    waiting = tuple(BandEntry(r.i64(), _read_member(r))
+                    for _ in range(r.i64()))
+    return BucketState(rep, clock, settle_at, pending, waiting)
+
+
+class ProgressCoder(_Coder):
+
+  def encode(self, value: Progress) -> bytes:
+    w = _Writer().i64(int(value.done))
+    w.blob(value.bands.to_bytes((value.bands.bit_length() + 7) // 8,
+                                "little"))
+    w.i64(int(value.arrival is not None))
+    if value.arrival is not None:
+      _write_arrival(w, value.arrival)
+    for answer in (value.best, value.late):
+      w.i64(int(answer is not None))
+      if answer is not None:
+        _write_answer(w, answer)
+    return w.done()
+
+  def decode(self, encoded: bytes) -> Progress:
+    r = _Reader(encoded, "Progress")
+    done, bands = bool(r.i64()), int.from_bytes(r.blob(), "little")
+    arrival = _read_arrival(r) if r.i64() else None
+    best = _read_answer(r) if r.i64() else None
+    late = _read_answer(r) if r.i64() else None
+    return Progress(done, arrival, bands, best, late)
+
+
 class StreamRejectedCoder(_Coder):
 
   def encode(self, value: StreamRejected) -> bytes:
@@ -325,5 +407,7 @@ for _type, _coder in ((StreamDocument, StreamDocumentCoder),
                       (BandEntry, BandEntryCoder), (Answer, AnswerCoder),
                       (Arrival, ArrivalCoder), (Report, ReportCoder),
                       (Verdict, VerdictCoder),
+                      (BucketState, BucketStateCoder),
+                      (Progress, ProgressCoder),
                       (StreamRejected, StreamRejectedCoder)):
   beam.coders.registry.register_coder(_type, _coder)
