@@ -1,4 +1,4 @@
-"""The compiled signature stage (transforms/kernels/signature.py, compiled.py)
+"""The compiled signature stage (transforms/kernels/compiled_signature.py, compiled.py)
 against the reference kernels it must reproduce bit for bit."""
 
 import random

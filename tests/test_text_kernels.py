@@ -1,5 +1,5 @@
 """Plain-pytest tests of normalisation and shingling
-(transforms/kernels/text.py)."""
+(transforms/kernels/reference_text.py)."""
 
 import numpy as np
 import pyarrow as pa
