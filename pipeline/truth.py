@@ -33,7 +33,7 @@ from pipeline.options import CONFIG_FIELDS, DedupOptions
 from transforms.config import ConfigError, DedupConfig
 from transforms.documents import (Document, expand_inputs, read_file,
                                   split_doc_id)
-from transforms.kernels import graph as graph_kernels
+from transforms.kernels import connected as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import text as text_kernels
 

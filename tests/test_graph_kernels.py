@@ -4,7 +4,7 @@ hand-checked neighbourhoods."""
 import numpy as np
 import pytest
 
-from transforms.kernels import graph
+from transforms.kernels import connected as graph
 
 
 def _ints(a):

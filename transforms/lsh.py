@@ -22,7 +22,7 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.kernels import graph as graph_kernels
+from transforms.kernels import connected as graph_kernels
 from transforms.kernels import lsh as lsh_kernels
 
 
