@@ -90,11 +90,29 @@ def component_minima(a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray,
   return nodes, nodes[roots]
 
 
-def union_find_labels(edges: Iterable[Tuple[int, int]]) -> dict:
-  """Exact component labels (minimum node id) for every node in ``edges``."""
-  pairs = np.array(list(edges), dtype=np.int64).reshape(-1, 2)
-  nodes, labels = component_minima(pairs[:, 0], pairs[:, 1])
-  return dict(zip(nodes.tolist(), labels.tolist()))
+def union_find_labels(edges: Iterable[Tuple]) -> dict:
+  """Exact component labels (minimum node id) for every node in ``edges``;
+  ids may be any orderable hashables (evaluation reads string ids)."""
+  parent = {}
+
+  def find(x):
+    root = x
+    while parent[root] != root:
+      root = parent[root]
+    while parent[x] != root:
+      parent[x], x = root, parent[x]
+    return root
+
+  for u, v in edges:
+    parent.setdefault(u, u)
+    parent.setdefault(v, v)
+    ru, rv = find(u), find(v)
+    if ru != rv:
+      # The smaller id becomes the root, so the root is the component minimum.
+      if rv < ru:
+        ru, rv = rv, ru
+      parent[rv] = ru
+  return {x: find(x) for x in parent}
 
 
 def route(a: np.ndarray, b: np.ndarray, shards: int,
