@@ -38,7 +38,7 @@ from pipeline.tools import evaluate, truth  # noqa: E402
 from bench.families import template_family_corpus  # noqa: E402
 from tests.corpus import real_text_corpus, stats_of, write_jsonl  # noqa
 from transforms.config import DedupConfig  # noqa: E402
-from transforms.kernels import graph  # noqa: E402
+from transforms.kernels import connected as graph  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -34,7 +34,7 @@ import numpy as np
 
 # The exact union-find of the pipeline's residual step (pure Python, no Beam,
 # no pyarrow): the peers' candidate pairs go through the same code.
-from transforms.kernels import graph
+from transforms.kernels import connected as graph
 
 OURS_BATCH = 4096
 _NON_WORD = re.compile(r"[\W_]+")

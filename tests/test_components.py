@@ -34,7 +34,7 @@ def _pipeline():
 
 def reference_labels(edges):
   """Component minimum per node: plain union-find, written independently of
-  transforms.kernels.graph."""
+  transforms.kernels.connected."""
   parent = {}
 
   def find(x):

@@ -22,7 +22,7 @@ from pipeline.cli import main
 from tests.corpus import (chain_corpus, licence_corpus, read_jsonl,
                           read_manifest, seed_corpus, stats_of, write_jsonl)
 from transforms.config import DedupConfig
-from transforms.kernels import graph
+from transforms.kernels import connected as graph
 from transforms.kernels import jaccard as jaccard_kernels
 
 pytestmark = [pytest.mark.e2e, pytest.mark.extended]

@@ -1,116 +1,119 @@
 """Exact distributed connected components: unrolled large-star/small-star
-rounds (Kiveris et al., 2014) followed by an exact residual resolution."""
+rounds (Kiveris et al., 2014) over edge arrays sharded by node, followed by
+an exact residual resolution with an array union-find."""
 
 from __future__ import annotations
 
+import dataclasses
+import struct
 from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
-from transforms.kernels import graph
+from transforms.kernels import connected
 
-
-_SETTLED = "settled"
 _SHUFFLED = metrics.SHUFFLE_PREFIX + "connected_components"
+# Node shards of every step: each holds about 1/SHARDS of the edges, so a
+# worker's memory is bounded by the graph size over SHARDS.
+DEFAULT_SHARDS = 64
+_LEAVES, _UNSETTLED, _UF = "leaves", "unsettled", "uf"
 
 
 class ResidualTooLargeError(RuntimeError):
   """The rounds left more unsettled edges than may be resolved in one place."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Pairs:
+  """Two aligned int64 arrays: edges ``(a[i], b[i])``, or node labels."""
+  a: np.ndarray
+  b: np.ndarray
+
+
+class PairsCoder(beam.coders.Coder):
+  """Deterministic: a length, then both arrays' little-endian bytes."""
+
+  def encode(self, value):
+    return (struct.pack("<q", len(value.a)) + value.a.astype("<i8").tobytes()
+            + value.b.astype("<i8").tobytes())
+
+  def decode(self, encoded):
+    n = struct.unpack_from("<q", encoded)[0]
+    both = np.frombuffer(encoded, dtype="<i8", offset=8, count=2 * n)
+    return Pairs(both[:n].astype(np.int64), both[n:].astype(np.int64))
+
+  def is_deterministic(self):
+    return True
+
+
+beam.coders.registry.register_coder(Pairs, PairsCoder)
+_Keyed = Tuple[int, Pairs]
+
+
 class ConnectedComponents(beam.PTransform):
   """``(a, b)`` edges → ``(node, component label)`` for every node on an edge;
   the label is the component's minimum id. Returns ``{"labels", "counts"}``.
 
-  ``max_rounds`` alternating large-star/small-star rounds run (Beam cannot
-  loop); once a round changes nothing, the edges skip the remaining rounds
-  (a side-input flag), so converged graphs are not shuffled again. Each
-  round reports the number of edges it re-pointed (``cc_changed_round_NNN``,
-  a counter and a stat). Whatever the rounds leave unsettled (not yet a star
-  around its component minimum) is resolved exactly by union-find in one
-  place; if more than ``max_residual_edges`` edges remain the job fails with
-  a message naming ``--max_cc_rounds``.
+  Edges travel as arrays, one element per pair of node shards, so the cost
+  is per shard, not per edge, and every step's result depends only on the
+  set of edges a shard holds (not on bundling). ``max_rounds`` alternating
+  large-star/small-star rounds run (Beam cannot loop); each reports the
+  edges it re-pointed (``cc_changed_round_NNN``, a counter and a stat).
+  Whatever the rounds leave unsettled (not yet a star around its component
+  minimum) is resolved exactly by union-find in one place; if more than
+  ``max_residual_edges`` edges remain the job fails with a message naming
+  ``--max_cc_rounds``.
+
+  Args:
+    max_rounds: large-star/small-star rounds before the residual step.
+    max_residual_edges: most unsettled edges one worker may resolve.
+    shards: node shards of each step (memory per worker ~ edges / shards).
   """
 
-  def __init__(self, max_rounds: int, max_residual_edges: int):
+  def __init__(self, max_rounds: int, max_residual_edges: int,
+               shards: int = DEFAULT_SHARDS):
     super().__init__()
     self._max_rounds = max_rounds
     self._max_residual_edges = max_residual_edges
+    self._shards = shards
 
   def expand(self, edges):
-    current = edges | "Orient" >> beam.Map(_orient)
-    counts, settled, converged = [], [], None
+    s = self._shards
+    current = edges | "BatchEdges" >> beam.ParDo(_BatchEdgesFn(s))
+    counts = []
     for i in range(1, self._max_rounds + 1):
-      if converged is not None:
-        # After a round that changed nothing the edges form stars around
-        # their component minima, and every later round is a no-op: they
-        # bypass the remaining rounds instead of being shuffled again.
-        split = current | f"Bypass{i:03d}" >> beam.ParDo(
-            _BypassFn(), beam.pvalue.AsSingleton(converged)).with_outputs(
-                _SETTLED, main="active")
-        settled.append(split[_SETTLED])
-        current = split.active
-      current, changed = current | f"Round{i:03d}" >> _StarRound(i)
-      counts.append(changed)
-      converged = (changed
-                   | f"ChangedIn{i:03d}" >> beam.Map(
-                       _changes_only, metrics.round_stat(i))
-                   | f"SumChanged{i:03d}" >> beam.CombineGlobally(sum)
-                   | f"Converged{i:03d}" >> beam.Map(lambda n: n == 0))
-    final = (settled + [current]) | "SettledEdges" >> beam.Flatten()
-    labels, resolved_counts = final | "ResolveResidual" >> _Resolve(
-        self._max_residual_edges)
+      large = (current
+               | f"GroupNeighbors{i:03d}" >> beam.GroupByKey()
+               | f"LargeStar{i:03d}" >> beam.ParDo(
+                   _LargeStarFn(s, i)).with_outputs(metrics.COUNTS,
+                                                    main="edges"))
+      small = (large.edges
+               | f"GroupSmaller{i:03d}" >> beam.GroupByKey()
+               | f"SmallStar{i:03d}" >> beam.ParDo(
+                   _SmallStarFn(s, i)).with_outputs(metrics.COUNTS,
+                                                    main="edges"))
+      counts += [large[metrics.COUNTS], small[metrics.COUNTS]]
+      current = small.edges
+    labels, resolved_counts = current | "ResolveResidual" >> _Resolve(
+        s, self._max_residual_edges)
     counts.append(resolved_counts)
     return {"labels": labels,
             "counts": counts | "FlattenCounts" >> beam.Flatten()}
 
 
-def _changes_only(count, stat):
-  name, n = count
-  return n if name == stat else 0
-
-
-class _BypassFn(beam.DoFn):
-
-  def process(self, edge, converged):
-    if converged:
-      yield beam.pvalue.TaggedOutput(_SETTLED, edge)
-    else:
-      yield edge
-
-
-def _orient(edge):
-  a, b = edge
-  return (a, b) if a > b else (b, a)
-
-
-class _StarRound(beam.PTransform):
-  """One large-star then one small-star step over (child, parent) edges."""
-
-  def __init__(self, index: int):
-    super().__init__()
-    self._index = index
-
-  def expand(self, edges):
-    stat = metrics.round_stat(self._index)
-    large = (edges
-             | "BothDirections" >> beam.FlatMap(lambda e: (e, e[::-1]))
-             | "GroupNeighbors" >> beam.GroupByKey()
-             | "LargeStar" >> beam.ParDo(_LargeStarFn(), stat).with_outputs(
-                 metrics.COUNTS, main="edges"))
-    small = (large.edges
-             | "GroupSmaller" >> beam.GroupByKey()
-             | "SmallStar" >> beam.ParDo(_SmallStarFn(), stat).with_outputs(
-                 metrics.COUNTS, main="edges"))
-    changed = ((large[metrics.COUNTS], small[metrics.COUNTS])
-               | "FlattenChanged" >> beam.Flatten())
-    return small.edges, changed
+def _keyed(shard, a, b):
+  return shard, Pairs(a, b)
 
 
 class _MeteredFn(beam.DoFn):
   """Times its work as the ``components`` stage and counts nodes visited."""
+
+  def __init__(self, shards: int, index: int = 0):
+    self._shards = shards
+    self._index = index
 
   def setup(self):
     self._meter = metrics.StageMeter("components", "nodes")
@@ -119,39 +122,76 @@ class _MeteredFn(beam.DoFn):
   def finish_bundle(self):
     return self._meter.flush() + self._counts.flush()
 
+  def _gather(self, batches):
+    batches = list(batches)
+    return (np.concatenate([p.a for p in batches]),
+            np.concatenate([p.b for p in batches]))
 
-@beam.typehints.with_output_types(Tuple[int, int])
+
+@beam.typehints.with_output_types(_Keyed)
+class _BatchEdgesFn(beam.DoFn):
+  """Edge pairs → one array batch per owner shard of either end, per
+  bundle."""
+
+  def __init__(self, shards: int):
+    self._shards = shards
+
+  def start_bundle(self):
+    self._a, self._b = [], []
+
+  def process(self, edge):
+    a, b = edge
+    if a != b:  # A self-loop connects nothing.
+      self._a.append(a)
+      self._b.append(b)
+
+  def finish_bundle(self):
+    if not self._a:
+      return
+    a = np.asarray(self._a, dtype=np.int64)
+    b = np.asarray(self._b, dtype=np.int64)
+    self._a, self._b = [], []
+    for shard, sa, sb in connected.route(np.maximum(a, b), np.minimum(a, b),
+                                         self._shards, both=True):
+      yield GlobalWindows.windowed_value(
+          _keyed(shard, sa, sb))
+
+
+@beam.typehints.with_output_types(_Keyed)
 class _LargeStarFn(_MeteredFn):
 
-  def process(self, element, stat):
-    node, neighbors = element
+  def process(self, element):
+    shard, batches = element
     self._meter.start()
-    neighbors = np.fromiter(neighbors, dtype=np.int64)
-    larger, m = graph.large_star(node, neighbors)
+    a, b = self._gather(batches)
+    star = connected.large_star(a, b, shard, self._shards)
     self._meter.stop()
-    self._meter.done(1)
-    self._counts.add(_SHUFFLED, 16 * len(neighbors))
-    if m != node:
-      self._counts.add(stat, len(larger))
-    for v in larger.tolist():
-      yield v, m
+    self._meter.done(star.incidences)
+    self._counts.add(_SHUFFLED, 16 * star.incidences)
+    self._counts.add(metrics.round_stat(self._index), star.changed)
+    # Small-star needs all the edges of each child in one place.
+    for out in connected.route(star.child, star.parent, self._shards,
+                               both=False):
+      yield _keyed(*out)
 
 
-@beam.typehints.with_output_types(Tuple[int, int])
+@beam.typehints.with_output_types(_Keyed)
 class _SmallStarFn(_MeteredFn):
 
-  def process(self, element, stat):
-    node, smaller = element
+  def process(self, element):
+    _, batches = element
     self._meter.start()
-    smaller = np.fromiter(smaller, dtype=np.int64)
-    members, m = graph.small_star(node, smaller)
-    moved = int(np.count_nonzero(np.unique(smaller) != m))
+    a, b = self._gather(batches)
+    star = connected.small_star(a, b)
     self._meter.stop()
-    self._meter.done(1)
-    self._counts.add(_SHUFFLED, 16 * len(smaller))
-    self._counts.add(stat, moved)
-    for v in members.tolist():
-      yield v, m
+    self._meter.done(star.incidences)
+    self._counts.add(_SHUFFLED, 16 * star.incidences)
+    self._counts.add(metrics.round_stat(self._index), star.changed)
+    # The next step (a large star or the classification) needs every edge
+    # touching a node at the node's shard.
+    for out in connected.route(star.child, star.parent, self._shards,
+                               both=True):
+      yield _keyed(*out)
 
 
 class _Resolve(beam.PTransform):
@@ -159,101 +199,112 @@ class _Resolve(beam.PTransform):
 
   Settled nodes take their parent (or themselves, for roots); edges touching
   an unsettled node go to one union-find, whose labels then override those of
-  the settled nodes in the same components.
+  the settled nodes in the same components. Every step is sharded by node
+  except the union-find over the residual edges.
   """
 
-  def __init__(self, max_residual_edges: int):
+  def __init__(self, shards: int, max_residual_edges: int):
     super().__init__()
+    self._shards = shards
     self._max_residual_edges = max_residual_edges
 
   def expand(self, edges):
     classified = (edges
-                  | "UpAndDown" >> beam.FlatMap(_up_and_down)
                   | "GroupByNode" >> beam.GroupByKey()
-                  | "Classify" >> beam.ParDo(_ClassifyFn()).with_outputs(
-                      "residual", "leaf", metrics.COUNTS, main="marks"))
+                  | "Classify" >> beam.ParDo(_ClassifyFn(
+                      self._shards)).with_outputs(
+                          "residual", _UNSETTLED, metrics.COUNTS,
+                          main=_LEAVES))
     uf = (classified.residual
-          | "OneKey" >> beam.Map(lambda e: (None, e))
           | "GatherResidual" >> beam.GroupByKey()
-          | "UnionFind" >> beam.ParDo(_UnionFindFn(self._max_residual_edges))
-          .with_outputs(metrics.COUNTS, main="labels"))
-    labels = ({"mark": classified.marks, "leaf": classified.leaf,
-               "uf": uf.labels}
-              | "JoinByParent" >> beam.CoGroupByKey()
+          | "UnionFind" >> beam.ParDo(_UnionFindFn(
+              self._shards, self._max_residual_edges)).with_outputs(
+                  metrics.COUNTS, main="labels"))
+    labels = ({_LEAVES: classified[_LEAVES],
+               _UNSETTLED: classified[_UNSETTLED], _UF: uf.labels}
+              | "JoinByShard" >> beam.CoGroupByKey()
               | "Label" >> beam.FlatMap(_final_labels))
     counts = ((classified[metrics.COUNTS], uf[metrics.COUNTS])
               | "FlattenCounts" >> beam.Flatten())
     return labels, counts
 
 
-def _up_and_down(edge):
-  child, parent = edge
-  yield child, (True, parent)
-  yield parent, (False, child)
-
-
-@beam.typehints.with_output_types(Tuple[int, str])
+@beam.typehints.with_output_types(_Keyed)
 class _ClassifyFn(_MeteredFn):
-  """Per node: roots and unsettled nodes are marked; a leaf reports itself to
-  its parent; unsettled nodes hand all their edges to the residual."""
+  """Per shard: leaves go to their parent's shard; the shard's unsettled
+  nodes to itself; the edges of unsettled nodes to the residual."""
 
   def process(self, element):
-    node, incident = element
+    shard, batches = element
     self._meter.start()
-    parents, children = [], []
-    for is_up, other in incident:
-      (parents if is_up else children).append(other)
-    role = graph.classify_node(np.asarray(parents, dtype=np.int64),
-                               np.asarray(children, dtype=np.int64))
+    a, b = self._gather(batches)
+    c = connected.classify(a, b, shard, self._shards)
     self._meter.stop()
-    self._meter.done(1)
-    if role == "leaf":
-      yield beam.pvalue.TaggedOutput("leaf", (parents[0], node))
-      return
-    yield node, role
-    if role == "unsettled":
-      for p in set(parents):
-        yield beam.pvalue.TaggedOutput("residual", (node, p))
-      for c in set(children):
-        yield beam.pvalue.TaggedOutput("residual", (c, node))
+    self._meter.done(len(a))
+    for out in connected.route(c.leaf_parent, c.leaf, self._shards,
+                               both=False):
+      yield _keyed(*out)
+    if len(c.unsettled):
+      yield beam.pvalue.TaggedOutput(
+          _UNSETTLED, _keyed(shard, c.unsettled, c.unsettled))
+      yield beam.pvalue.TaggedOutput(
+          "residual", _keyed(0, c.residual_child, c.residual_parent))
 
 
-@beam.typehints.with_output_types(Tuple[int, int])
+@beam.typehints.with_output_types(_Keyed)
 class _UnionFindFn(_MeteredFn):
 
-  def __init__(self, max_residual_edges: int):
+  def __init__(self, shards: int, max_residual_edges: int):
+    super().__init__(shards)
     self._max_residual_edges = max_residual_edges
 
   def process(self, element):
-    _, edges = element
-    # Both unsettled ends of an edge report it; the set counts it once.
-    held = set()
+    _, batches = element
+    # An edge is reported by the shards of both its ends when both are
+    # unsettled, so at most twice the limit is held before deduplicating.
+    held_a, held_b, held = [], [], 0
     self._meter.start()
-    for edge in edges:
-      held.add(edge)
-      if len(held) > self._max_residual_edges:
-        raise ResidualTooLargeError(
-            "Connected components did not converge: more than "
-            f"max_residual_edges={self._max_residual_edges} unsettled edges "
-            "remain after the last round. Raise --max_cc_rounds (or "
-            "--max_residual_edges if one worker can hold them).")
-    labels = graph.union_find_labels(sorted(held))
+    for batch in batches:
+      held += len(batch.a)
+      held_a.append(batch.a)
+      held_b.append(batch.b)
+      if held > 2 * self._max_residual_edges:
+        self._too_large()
+    child, parent = connected.oriented_unique(np.concatenate(held_a),
+                                              np.concatenate(held_b))
+    if len(child) > self._max_residual_edges:
+      self._too_large()
+    nodes, labels = connected.component_minima(child, parent)
     self._meter.stop()
-    self._meter.done(len(labels))
-    yield metrics.count_tag("cc_residual_edges", len(held))
-    yield metrics.count_tag("cc_residual_nodes", len(labels))
-    yield from labels.items()
+    self._meter.done(len(nodes))
+    yield metrics.count_tag("cc_residual_edges", len(child))
+    yield metrics.count_tag("cc_residual_nodes", len(nodes))
+    for out in connected.route(nodes, labels, self._shards, both=False):
+      yield _keyed(*out)
+
+  def _too_large(self):
+    raise ResidualTooLargeError(
+        "Connected components did not converge: more than "
+        f"max_residual_edges={self._max_residual_edges} unsettled edges "
+        "remain after the last round. Raise --max_cc_rounds (or "
+        "--max_residual_edges if one worker can hold them).")
 
 
 def _final_labels(element):
-  node, grouped = element
-  marks = list(grouped["mark"])
-  uf = list(grouped["uf"])
-  label = uf[0] if uf else node
-  if uf or marks == ["root"]:
-    yield node, label
-  if marks == ["unsettled"]:
-    # Its leaves touch a residual edge, so the union-find labelled them.
-    return
-  for leaf in grouped["leaf"]:
-    yield leaf, label
+  _, grouped = element
+  empty = np.zeros(0, dtype=np.int64)
+
+  def joined(tag):
+    parts = list(grouped[tag])
+    if not parts:
+      return empty, empty
+    return (np.concatenate([p.a for p in parts]),
+            np.concatenate([p.b for p in parts]))
+
+  leaf_parent, leaf = joined(_LEAVES)
+  unsettled, _ = joined(_UNSETTLED)
+  uf_nodes, uf_labels = joined(_UF)
+  order = np.argsort(uf_nodes, kind="stable")
+  nodes, labels = connected.final_labels(leaf_parent, leaf, unsettled,
+                                         uf_nodes[order], uf_labels[order])
+  return zip(nodes.tolist(), labels.tolist())

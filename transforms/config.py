@@ -64,7 +64,7 @@ class DedupConfig:
   fold_digits: bool = False
   min_tokens: int = 1
   keep: str = "first"
-  max_cc_rounds: int = 20
+  max_cc_rounds: int = 4
   max_residual_edges: int = 1_000_000
   lsh_shards: int = 64
   exhaustive_bucket_size: int = 64

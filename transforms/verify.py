@@ -22,7 +22,7 @@ from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.read import (ROW_BITS, InputChangedError, make_doc_id,
                                   read_file, read_texts)
-from transforms.kernels import graph as graph_kernels
+from transforms.kernels import connected as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import compiled_signature as signature_kernels

@@ -37,7 +37,7 @@ import numpy as np
 from pipeline.tools import parse_args, run_tool, tool_parser
 from pipeline.tools.params import edge_probability
 from transforms.config import DedupConfig
-from transforms.kernels import graph as graph_kernels
+from transforms.kernels import connected as graph_kernels
 
 KEYS = ("id", "position")
 

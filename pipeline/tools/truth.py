@@ -33,7 +33,7 @@ from pipeline.tools import config_from_args, parse_args, run_tool, tool_parser
 from transforms.config import ConfigError, DedupConfig
 from transforms.read import (Document, expand_inputs, read_file,
                                   split_doc_id)
-from transforms.kernels import graph as graph_kernels
+from transforms.kernels import connected as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import reference_text as text_kernels
 
