@@ -44,29 +44,25 @@ class BandKey(beam.PTransform):
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
-class _BandKeyFn(beam.DoFn):
+class _BandKeyFn(metrics.MeteredDoFn):
+
+  STAGE = "band_keys"
 
   def __init__(self, config: DedupConfig):
     self._config = config
 
-  def setup(self):
-    self._meter = metrics.StageMeter("band_keys", "documents")
-
   def process(self, batch):
     c = self._config
     ids, sigs = batch
-    self._meter.start()
-    keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
-    digests = np.repeat(lsh_kernels.signature_digests(sigs, c.seed), c.bands)
-    ids = np.repeat(ids, c.bands)
-    shards = list(lsh_kernels.split_by_shard(
-        lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids, digests))
-    self._meter.stop()
-    self._meter.done(len(sigs))
+    with self.meter.timed():
+      keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
+      digests = np.repeat(lsh_kernels.signature_digests(sigs, c.seed),
+                          c.bands)
+      ids = np.repeat(ids, c.bands)
+      shards = list(lsh_kernels.split_by_shard(
+          lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids, digests))
+    self.meter.done(len(sigs))
     yield metrics.shuffled("band_keys",
                            keys.nbytes + ids.nbytes + digests.nbytes)
     for shard, parts in shards:
       yield shard, tuple(parts)
-
-  def finish_bundle(self):
-    return self._meter.flush()

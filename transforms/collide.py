@@ -52,27 +52,28 @@ class FindCandidates(beam.PTransform):
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
-class _CollideFn(beam.DoFn):
+class _CollideFn(metrics.MeteredDoFn):
+
+  STAGE = "collision"
 
   def __init__(self, config: DedupConfig):
     self._config = config
 
   def setup(self):
+    super().setup()
     self._bucket_sizes = metrics.distribution("bucket_size")
-    self._meter = metrics.StageMeter("collision", "band keys")
 
   def process(self, element):
     _, parts = element
     c = self._config
-    self._meter.start()
-    keys, ids, digests = concat_arrays(parts)
-    found = lsh_kernels.bucket_pairs(keys, ids, digests,
-                                     c.exhaustive_bucket_size, c.bucket_hubs)
-    batches = list(lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(found.anchor, c.lsh_shards), found.src,
-        found.dst))
-    self._meter.stop()
-    self._meter.done(len(keys))
+    with self.meter.timed():
+      keys, ids, digests = concat_arrays(parts)
+      found = lsh_kernels.bucket_pairs(keys, ids, digests,
+                                       c.exhaustive_bucket_size, c.bucket_hubs)
+      batches = list(lsh_kernels.split_by_shard(
+          lsh_kernels.node_shard(found.anchor, c.lsh_shards), found.src,
+          found.dst))
+    self.meter.done(len(keys))
     sizes = found.sizes
     if len(sizes):
       yield metrics.count_tag("buckets_multi", len(sizes))
@@ -85,9 +86,6 @@ class _CollideFn(beam.DoFn):
                              found.src.nbytes + found.dst.nbytes)
       for shard, (src, dst) in batches:
         yield shard, (src, dst)
-
-  def finish_bundle(self):
-    return self._meter.flush()
 
 
 def concat_arrays(parts):

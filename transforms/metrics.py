@@ -8,6 +8,7 @@ time as ``worker_ms_<stage>`` counts (for the run report, not stats.json).
 """
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -112,10 +113,12 @@ def is_timing(name: str) -> bool:
 
 
 class StageMeter:
-  """Instruments one heavy DoFn; build it in ``setup()``.
+  """Instruments one heavy DoFn; build it in ``setup()`` (or derive the DoFn
+  from :class:`MeteredDoFn`, which does).
 
-  ``start()`` … ``stop()`` adds the elapsed time of the work in between;
-  keep yields outside, as fused downstream steps run inside a yield.
+  ``with meter.timed():`` (or ``start()`` … ``stop()``) adds the elapsed time
+  of the work inside; keep yields outside, as fused downstream steps run
+  inside a yield.
   ``done(n)`` adds n units to the ``<stage>_<unit>`` counter and to the
   process's progress log (passed on at most once a second and at the end of
   the bundle). ``flush()``, from ``finish_bundle``, does the latter and
@@ -141,6 +144,15 @@ class StageMeter:
   def stop(self) -> None:
     self._seconds += time.perf_counter() - self._start
 
+  @contextlib.contextmanager
+  def timed(self):
+    """Times the block (also when it raises)."""
+    self.start()
+    try:
+      yield
+    finally:
+      self.stop()
+
   def done(self, n: int) -> None:
     self._pending += n
     now = time.monotonic()
@@ -164,6 +176,26 @@ class StageMeter:
     counter(name).inc(ms)
     return [beam.pvalue.TaggedOutput(
         COUNTS, GlobalWindows.windowed_value((name, ms)))]
+
+
+class MeteredDoFn(beam.DoFn):
+  """A DoFn metered as stage ``STAGE`` (a key of ``PROGRESS_UNITS``):
+  ``self.meter`` is its :class:`StageMeter`, flushed at the end of every
+  bundle. Time the work with ``with self.meter.timed():`` and count it with
+  ``self.meter.done(n)``; a subclass's ``setup``/``finish_bundle`` call
+  ``super()`` (``finish_bundle`` returns the list of outputs to add to)."""
+
+  STAGE: str = None
+
+  def setup(self):
+    super().setup()
+    if self.STAGE not in PROGRESS_UNITS:
+      raise ValueError(f"{type(self).__name__}.STAGE {self.STAGE!r}: add it "
+                       "with its unit to metrics.PROGRESS_UNITS")
+    self.meter = StageMeter(self.STAGE, PROGRESS_UNITS[self.STAGE])
+
+  def finish_bundle(self):
+    return self.meter.flush()
 
 
 class BundleCounts:

@@ -71,25 +71,26 @@ def _member_with_length(element):
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
-class _ChooseFn(beam.DoFn):
+class _ChooseFn(metrics.MeteredDoFn):
+
+  STAGE = "selection"
 
   def setup(self):
+    super().setup()
     self._sizes = metrics.distribution("cluster_size")
-    self._meter = metrics.StageMeter("selection", "clusters")
     self._counts = metrics.BundleCounts()
 
   def finish_bundle(self):
-    return self._meter.flush() + self._counts.flush()
+    return super().finish_bundle() + self._counts.flush()
 
   def process(self, element):
     label, members = element
-    self._meter.start()
-    members = sorted(members)
-    # Longest first, then lowest id; with equal lengths (policy "first")
-    # this is simply the lowest id, which is also the label.
-    kept = min(members, key=lambda m: (-m[1], m[0]))[0]
-    self._meter.stop()
-    self._meter.done(1)
+    with self.meter.timed():
+      members = sorted(members)
+      # Longest first, then lowest id; with equal lengths (policy "first")
+      # this is simply the lowest id, which is also the label.
+      kept = min(members, key=lambda m: (-m[1], m[0]))[0]
+    self.meter.done(1)
     size = len(members)
     self._sizes.update(size)
     self._counts.add(metrics.SHUFFLE_PREFIX + "select_kept", 24 * size)

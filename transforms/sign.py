@@ -91,7 +91,7 @@ class _MinHashFn(_PermutationsFn):
       yield ids[i], sigs[row]
 
 
-class _SignatureFn(_PermutationsFn):
+class _SignatureFn(metrics.MeteredDoFn, _PermutationsFn):
   """Raw texts → one signature batch (the fused Normalize/Shingle/MinHash).
 
   Documents with no units are counted as ``docs_empty``, those with fewer
@@ -99,18 +99,15 @@ class _SignatureFn(_PermutationsFn):
   so neither is ever clustered.
   """
 
-  def setup(self):
-    super().setup()
-    self._meter = metrics.StageMeter("signatures", "documents")
+  STAGE = "signatures"
 
   def compute(self, ids, values):
     c = self._config
-    self._meter.start()
-    sigs, unit_counts = signature_kernels.signature_batch(
-        values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
-        b=self._b, sketch=c.sketch, **normalize_options(c))
-    self._meter.stop()
-    self._meter.done(len(values))
+    with self.meter.timed():
+      sigs, unit_counts = signature_kernels.signature_batch(
+          values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
+          b=self._b, sketch=c.sketch, **normalize_options(c))
+    self.meter.done(len(values))
     empty = unit_counts == 0
     short = ~empty & (unit_counts < c.min_tokens)
     signed = np.flatnonzero(~empty & ~short)
@@ -121,9 +118,6 @@ class _SignatureFn(_PermutationsFn):
     yield metrics.count_tag("docs_signed", len(signed))
     if len(signed):
       yield np.asarray(ids, dtype=np.int64)[signed], sigs[signed]
-
-  def finish_bundle(self):
-    return self._meter.flush()
 
 
 class _Batched(beam.PTransform):

@@ -338,18 +338,17 @@ class _Compare(beam.PTransform):
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
-class _CompareFn(beam.DoFn):
+class _CompareFn(metrics.MeteredDoFn):
   """Keeps the edges of one edge shard for which ``passes`` holds."""
+
+  STAGE = "verification"
 
   def __init__(self, config: DedupConfig):
     self._config = config
 
   def setup(self):
+    super().setup()
     self._similarity = metrics.distribution("verified_similarity_permille")
-    self._meter = metrics.StageMeter("verification", "candidate edges")
-
-  def finish_bundle(self):
-    return self._meter.flush()
 
   def passes(self, ids, values, src_rows, dst_rows):
     """``(passed bool[m], similarity float64[m])`` of the edges."""
@@ -360,14 +359,13 @@ class _CompareFn(beam.DoFn):
     ids, values, edges = partition_tagged(tagged)
     if not edges:
       return
-    self._meter.start()
-    src, dst = concat_arrays(e for (e,) in edges)
-    ids, values = sorted_values(ids, values)
-    passed, similarity = self.passes(ids, values,
-                                     lsh_kernels.rows_of(ids, src),
-                                     lsh_kernels.rows_of(ids, dst))
-    self._meter.stop()
-    self._meter.done(len(src))
+    with self.meter.timed():
+      src, dst = concat_arrays(e for (e,) in edges)
+      ids, values = sorted_values(ids, values)
+      passed, similarity = self.passes(ids, values,
+                                       lsh_kernels.rows_of(ids, src),
+                                       lsh_kernels.rows_of(ids, dst))
+    self.meter.done(len(src))
     for value in (1000 * similarity[passed]).astype(np.int64).tolist():
       self._similarity.update(value)
     yield metrics.count_tag("verified_edges", int(passed.sum()))

@@ -89,21 +89,27 @@ class _Part:
     return rows
 
 
-class _WriteFileFn(beam.DoFn):
+class _WriteFileFn(metrics.MeteredDoFn):
+
+  STAGE = "writing"
 
   def __init__(self, output: str, id_field: str):
     self._output = output
     self._id_field = id_field
 
-  def setup(self):
-    self._meter = metrics.StageMeter("writing", "documents")
-
-  def finish_bundle(self):
-    return self._meter.flush()
-
   def process(self, element):
-    self._meter.start()
-    _, grouped = element
+    with self.meter.timed():
+      received, totals, reasons = self._write_file(element[1])
+    self.meter.done(totals["kept"] + totals["removed"] + totals["rejected"])
+    yield metrics.shuffled("write", received)
+    for name, value in totals.items():
+      yield metrics.count_tag(name, value)
+    for reason, value in sorted(reasons.items()):
+      yield metrics.count_tag("rejected_" + reason, value)
+
+  def _write_file(self, grouped):
+    """Writes one input file's outputs; returns ``(bytes received, totals,
+    rejections by reason)``."""
     source = next(iter(grouped["file"]))
     check_unchanged(source)
     parts: Dict[int, _Part] = {}
@@ -137,13 +143,7 @@ class _WriteFileFn(beam.DoFn):
       raise InputChangedError(
           f"{source.path} has fewer rows than when it was read: it changed"
           " while the job ran; rerun on an unchanging snapshot.")
-    self._meter.stop()
-    self._meter.done(totals["kept"] + totals["removed"] + totals["rejected"])
-    yield metrics.shuffled("write", received)
-    for name, value in totals.items():
-      yield metrics.count_tag(name, value)
-    for reason, value in sorted(reasons.items()):
-      yield metrics.count_tag("rejected_" + reason, value)
+    return received, totals, reasons
 
   def _deduped_path(self, source, chunk):
     return join_path(self._output, DEDUPED_DIR, part_name(
