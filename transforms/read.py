@@ -50,12 +50,25 @@ class Document(NamedTuple):
 
 
 class Rejected(NamedTuple):
-  """An input record that is not a document, with the reason."""
+  """An input record that is not a document: ``reason`` is a code (the
+  ``rejected_<reason>`` stat), ``detail`` says what exactly is wrong."""
   doc_id: int
   source: str
   position: int
   reason: str
+  detail: str
   excerpt: str
+
+  @property
+  def message(self) -> str:
+    """``<reason>: <detail>``, as the ``rejected/`` rows hold it."""
+    return f"{self.reason}: {self.detail}" if self.detail else self.reason
+
+  def row(self) -> dict:
+    """The record's ``rejected/`` row."""
+    return {"doc_id": self.doc_id, "source": self.source,
+            "position": self.position, "reason": self.message,
+            "excerpt": self.excerpt}
 
 
 class InputFile(NamedTuple):
@@ -226,7 +239,7 @@ class _ReadFileFn(beam.DoFn):
     for record in self.records(input_file):
       rows += 1
       if isinstance(record, Rejected):
-        metrics.counter("rejected_" + record.reason.split(":")[0]).inc()
+        metrics.counter(metrics.rejected_stat(record.reason)).inc()
         yield beam.pvalue.TaggedOutput("rejected", record)
       else:
         yield record
@@ -250,29 +263,29 @@ class _ReadFileFn(beam.DoFn):
 
   def _parse_json_line(self, doc_id, path, row, line: bytes):
 
-    def reject(reason):
-      return Rejected(doc_id, path, row + 1, reason, _excerpt(line))
+    def reject(reason, detail):
+      return Rejected(doc_id, path, row + 1, reason, detail, _excerpt(line))
 
     try:
       decoded = line_content(row, line).decode("utf-8")
     except UnicodeDecodeError as e:
-      return reject(f"invalid_utf8: {e.reason} at byte {e.start}")
+      return reject("invalid_utf8", f"{e.reason} at byte {e.start}")
     if not decoded.strip():
-      return reject("blank_line: a JSONL line must hold one JSON object")
+      return reject("blank_line", "a JSONL line must hold one JSON object")
     try:
       obj = json.loads(decoded)
     except ValueError as e:
-      return reject(f"malformed_json: {e}")
+      return reject("malformed_json", str(e))
     if not isinstance(obj, dict):
-      return reject(f"not_an_object: got JSON {type(obj).__name__}")
+      return reject("not_an_object", f"got JSON {type(obj).__name__}")
     if self._text_field not in obj:
-      return reject(f"missing_text_field: no {self._text_field!r} field")
+      return reject("missing_text_field", f"no {self._text_field!r} field")
     text = obj[self._text_field]
     if not isinstance(text, str):
-      return reject(f"text_not_string: {self._text_field!r} is "
+      return reject("text_not_string", f"{self._text_field!r} is "
                     f"{type(text).__name__}")
     if not _encodable(text):
-      return reject("invalid_utf8: text holds an unpaired surrogate escape")
+      return reject("invalid_utf8", "text holds an unpaired surrogate escape")
     return Document(doc_id, text, obj.get(self._id_field), line)
 
   def _parquet(self, index, path):
@@ -284,10 +297,10 @@ class _ReadFileFn(beam.DoFn):
           doc_id = make_doc_id(index, row)
           text = obj.get(self._text_field)
           if not has_text:
-            yield Rejected(doc_id, path, row + 1, "missing_text_field: no "
-                           f"{self._text_field!r} column", _excerpt(obj))
+            yield Rejected(doc_id, path, row + 1, "missing_text_field",
+                           f"no {self._text_field!r} column", _excerpt(obj))
           elif not isinstance(text, str):
-            yield Rejected(doc_id, path, row + 1, "text_not_string: "
+            yield Rejected(doc_id, path, row + 1, "text_not_string",
                            f"{self._text_field!r} is {type(text).__name__}",
                            _excerpt(obj))
           else:
@@ -439,9 +452,8 @@ def _text_document(doc_id, path, row, line: bytes):
     return Document(doc_id, line_content(row, line).decode("utf-8"), None,
                     line)
   except UnicodeDecodeError as e:
-    return Rejected(doc_id, path, row + 1,
-                    f"invalid_utf8: {e.reason} at byte {e.start}",
-                    _excerpt(line))
+    return Rejected(doc_id, path, row + 1, "invalid_utf8",
+                    f"{e.reason} at byte {e.start}", _excerpt(line))
 
 
 def _encodable(text: str) -> bool:

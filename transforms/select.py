@@ -93,7 +93,7 @@ class _ChooseFn(metrics.MeteredDoFn):
     self.meter.done(1)
     size = len(members)
     self._sizes.update(size)
-    self._counts.add(metrics.SHUFFLE_PREFIX + "select_kept", 24 * size)
+    self._counts.add(metrics.shuffle_stat("select_kept"), 24 * size)
     self._counts.add("clusters", 1)
     self._counts.add("clustered_docs", size)
     # bit_length() - 1 = floor(log2(size))
