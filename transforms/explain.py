@@ -15,9 +15,8 @@ from transforms.collide import concat_arrays
 from transforms.config import DedupConfig
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
-from transforms.verify import (EDGES_TAG, MAX_TEXT_BATCH, ServeTextsFromDocs,
-                               exact_overlaps, partition_tagged,
-                               sorted_values)
+from transforms.verify import (MAX_TEXT_BATCH, ServeTextsFromDocs,
+                               exact_overlaps, sorted_values)
 
 
 class ExplainClusters(beam.PTransform):
@@ -60,11 +59,8 @@ class ExplainClusters(beam.PTransform):
                 | "ServeTextsFromDocs" >> ServeTextsFromDocs(n))
     else:
       served = pairs | "ServeTexts" >> self._texts
-    tagged_pairs = pairs | "TagPairs" >> beam.Map(
-        lambda kv: (kv[0], (EDGES_TAG, kv[1])))
-    measured = ((served["values"], tagged_pairs)
-                | "FlattenPairs" >> beam.Flatten()
-                | "GroupPairEnds" >> beam.GroupByKey()
+    measured = ({"values": served["values"], "pairs": pairs}
+                | "GroupPairEnds" >> beam.CoGroupByKey()
                 | "ExactJaccard" >> beam.ParDo(_JaccardFn(self._config))
                 | "ByDocument" >> beam.FlatMap(_by_document))
     explained = ({"asked": chosen[_ASKED] | "KeyAsked" >> beam.Map(
@@ -142,12 +138,11 @@ class _JaccardFn(beam.DoFn):
     self._config = config
 
   def process(self, element):
-    _, tagged = element
-    ids, values, pairs = partition_tagged(tagged)
-    if not pairs:
+    _, grouped = element
+    if not grouped["pairs"]:
       return
-    docs, others = concat_arrays(p for (p,) in pairs)
-    ids, values = sorted_values(ids, values)
+    docs, others = concat_arrays(grouped["pairs"])
+    ids, values = sorted_values(grouped["values"])
     texts, user_ids = _texts_and_user_ids(values)
     doc_rows = lsh_kernels.rows_of(ids, docs)
     other_rows = lsh_kernels.rows_of(ids, others)

@@ -9,6 +9,9 @@ arrive. ``--verify none`` is :class:`ReduceUnverified`.
 
 * verified edge batch: ``(edge shard, (src, dst, similarity float64[m]))``,
   a spanning forest of the pairs that passed (similarity NaN if unknown)
+
+Every join here is a :class:`~apache_beam.CoGroupByKey` of a shard's
+``values`` (``(ids, values)``) with what asks for them.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from transforms.collide import concat_arrays
 from transforms.sign import normalize_options
 
 REMOVED_STAT = "verify_removed_edges"
-_VALUE, _WANT, EDGES_TAG, _FILE = "value", "want", "edges", "file"
 MAX_TEXT_BATCH = 4096
 
 
@@ -117,11 +119,9 @@ class ServeTextsFromFiles(beam.PTransform):
 
   def expand(self, edges):
     requests = edges | "RequestByFile" >> beam.ParDo(_RequestByFileFn())
-    files = self._files | "KeyFiles" >> beam.Map(
-        lambda f: (f.index, (_FILE, f)))
-    served = ((requests, files)
-              | "FlattenRequests" >> beam.Flatten()
-              | "GroupByFile" >> beam.GroupByKey()
+    files = self._files | "KeyFiles" >> beam.Map(lambda f: (f.index, f))
+    served = ({"file": files, "wants": requests}
+              | "GroupByFile" >> beam.CoGroupByKey()
               | "ReadCandidates" >> beam.ParDo(
                   _ReadCandidatesFn(self._text_field,
                                     self._id_field)).with_outputs(
@@ -166,7 +166,7 @@ def _nbytes(values) -> int:
 
 @beam.typehints.with_output_types(Tuple[int, Any])
 class _RouteFn(beam.DoFn):
-  """``(ids, values)`` batches → ``(node shard, (value tag, ids, values))``."""
+  """``(ids, values)`` batches → ``(node shard, (ids, values))``."""
 
   def __init__(self, num_shards: int, stat: str):
     self._num_shards = num_shards
@@ -177,13 +177,13 @@ class _RouteFn(beam.DoFn):
     yield metrics.shuffled(self._stat, ids.nbytes + _nbytes(values))
     for shard, (shard_ids, shard_values) in lsh_kernels.split_by_shard(
         lsh_kernels.node_shard(ids, self._num_shards), ids, values):
-      yield shard, (_VALUE, shard_ids, shard_values)
+      yield shard, (shard_ids, shard_values)
 
 
 class _Serve(beam.PTransform):
   """``{"values": node-shard values, "edges": edge batches}`` → ``{"values":
-  (edge shard, (value tag, ids, values)), "counts"}``: each node shard sends
-  the values of the endpoints an edge shard asked for."""
+  (edge shard, (ids, values)), "counts"}``: each node shard sends the values
+  of the endpoints an edge shard asked for."""
 
   def __init__(self, num_shards: int):
     super().__init__()
@@ -192,9 +192,8 @@ class _Serve(beam.PTransform):
   def expand(self, inputs):
     wants = inputs["edges"] | "RequestEndpoints" >> beam.ParDo(
         _RequestFn(self._num_shards))
-    served = ((inputs["values"], wants)
-              | "FlattenRequests" >> beam.Flatten()
-              | "JoinValues" >> beam.GroupByKey()
+    served = ({"values": inputs["values"], "wants": wants}
+              | "JoinValues" >> beam.CoGroupByKey()
               | "ServeValues" >> beam.ParDo(_ServeFn()).with_outputs(
                   metrics.COUNTS, main="values"))
     return {"values": served.values, "counts": served[metrics.COUNTS]}
@@ -215,42 +214,29 @@ class _RequestFn(beam.DoFn):
     edge_shard, nodes = _endpoints(element)
     for shard, (wanted,) in lsh_kernels.split_by_shard(
         lsh_kernels.node_shard(nodes, self._num_shards), nodes):
-      yield shard, (_WANT, wanted, edge_shard)
+      yield shard, (wanted, edge_shard)
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
 class _ServeFn(beam.DoFn):
 
   def process(self, element):
-    _, tagged = element
-    ids, values, wants = partition_tagged(tagged)
-    if not wants:
+    _, grouped = element
+    if not grouped["wants"]:
       return
-    ids, values = sorted_values(ids, values)
-    for wanted, edge_shard in wants:
+    ids, values = sorted_values(grouped["values"])
+    for wanted, edge_shard in grouped["wants"]:
       found = values[lsh_kernels.rows_of(ids, wanted)]
       yield metrics.shuffled("verify_endpoints",
                              wanted.nbytes + _nbytes(found))
-      yield edge_shard, (_VALUE, wanted, found)
+      yield edge_shard, (wanted, found)
 
 
-def partition_tagged(tagged):
-  """``(ids, values, others)`` of a group's tagged elements: the id and value
-  arrays of the ``_VALUE`` ones, the rest without their tag."""
-  ids, values, others = [], [], []
-  for element in tagged:
-    if element[0] == _VALUE:
-      ids.append(element[1])
-      values.append(element[2])
-    else:
-      others.append(element[1:])
-  return ids, values, others
-
-
-def sorted_values(ids, values):
-  ids = np.concatenate(ids)
+def sorted_values(batches):
+  """The ``(ids, values)`` batches of a group as one pair sorted by id."""
+  ids, values = concat_arrays(batches)
   order = np.argsort(ids, kind="stable")
-  return ids[order], np.concatenate(values)[order]
+  return ids[order], values[order]
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
@@ -260,7 +246,7 @@ class _RequestByFileFn(beam.DoFn):
     edge_shard, nodes = _endpoints(element)
     for file_index, (wanted,) in lsh_kernels.split_by_shard(
         nodes >> ROW_BITS, nodes):
-      yield file_index, (_WANT, wanted, edge_shard)
+      yield file_index, (wanted, edge_shard)
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
@@ -271,15 +257,11 @@ class _ReadCandidatesFn(beam.DoFn):
     self._id_field = id_field
 
   def process(self, element):
-    _, tagged = element
-    source, wants = None, []
-    for value in tagged:
-      if value[0] == _FILE:
-        source = value[1]
-      else:
-        wants.append(value[1:])
+    _, grouped = element
+    wants = grouped["wants"]
     if not wants:
       return
+    (source,) = grouped["file"]
     rows = np.unique(np.concatenate([w for w, _ in wants])) & (
         (1 << ROW_BITS) - 1)
     texts = np.empty(len(rows), dtype=object)
@@ -289,7 +271,7 @@ class _ReadCandidatesFn(beam.DoFn):
     for wanted, edge_shard in wants:
       found = texts[lsh_kernels.rows_of(ids, wanted)]
       yield metrics.shuffled(self._stat, wanted.nbytes + _nbytes(found))
-      yield edge_shard, (_VALUE, wanted, found)
+      yield edge_shard, (wanted, found)
 
   @property
   def _stat(self):
@@ -327,11 +309,8 @@ class _Compare(beam.PTransform):
     self._fn = fn
 
   def expand(self, inputs):
-    tagged_edges = inputs["edges"] | "TagEdges" >> beam.Map(
-        lambda kv: (kv[0], (EDGES_TAG, kv[1])))
-    compared = ((inputs["values"], tagged_edges)
-                | "FlattenEdges" >> beam.Flatten()
-                | "GroupEdgeEnds" >> beam.GroupByKey()
+    compared = ({"values": inputs["values"], "edges": inputs["edges"]}
+                | "GroupEdgeEnds" >> beam.CoGroupByKey()
                 | "Compare" >> beam.ParDo(self._fn).with_outputs(
                     metrics.COUNTS, main="edges"))
     return {"edges": compared.edges, "counts": compared[metrics.COUNTS]}
@@ -355,13 +334,12 @@ class _CompareFn(metrics.MeteredDoFn):
     raise NotImplementedError
 
   def process(self, element):
-    shard, tagged = element
-    ids, values, edges = partition_tagged(tagged)
-    if not edges:
+    shard, grouped = element
+    if not grouped["edges"]:
       return
     with self.meter.timed():
-      src, dst = concat_arrays(e for (e,) in edges)
-      ids, values = sorted_values(ids, values)
+      src, dst = concat_arrays(grouped["edges"])
+      ids, values = sorted_values(grouped["values"])
       passed, similarity = self.passes(ids, values,
                                        lsh_kernels.rows_of(ids, src),
                                        lsh_kernels.rows_of(ids, dst))
