@@ -1,7 +1,6 @@
 """The run report (renderer, end to end through the CLI), progress lines and
 the neardup counters."""
 
-import doctest
 import json
 import logging
 import os
@@ -107,7 +106,6 @@ def test_size_bins_are_exact_floor_log2():
 
 
 def test_stat_names_read_back_as_they_were_built():
-  assert doctest.testmod(stat_names).failed == 0
   built = {stat_names.rejected_stat("blank_line"): ("rejected", "blank_line"),
            stat_names.shuffle_stat("write"): ("shuffle", "write"),
            stat_names.round_stat(12): ("round", 12),

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Tuple
 
 import apache_beam as beam
-import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
@@ -67,7 +66,7 @@ class _CollideFn(metrics.MeteredDoFn):
     _, parts = element
     c = self._config
     with self.meter.timed():
-      keys, ids, digests = concat_arrays(parts)
+      keys, ids, digests = lsh_kernels.concat_arrays(parts)
       found = lsh_kernels.bucket_pairs(keys, ids, digests,
                                        c.exhaustive_bucket_size, c.bucket_hubs)
       batches = list(lsh_kernels.split_by_shard(
@@ -88,22 +87,11 @@ class _CollideFn(metrics.MeteredDoFn):
         yield shard, (src, dst)
 
 
-def concat_arrays(parts):
-  """Tuples of arrays → one tuple of the concatenated arrays."""
-  columns = None
-  for part in parts:
-    if columns is None:
-      columns = [[] for _ in part]
-    for column, array in zip(columns, part):
-      column.append(array)
-  return tuple(np.concatenate(column) for column in columns)
-
-
 @beam.typehints.with_output_types(Tuple[int, Any])
 class _DistinctFn(beam.DoFn):
 
   def process(self, element):
     shard, parts = element
-    src, dst = lsh_kernels.distinct_edges(*concat_arrays(parts))
+    src, dst = lsh_kernels.distinct_edges(*lsh_kernels.concat_arrays(parts))
     yield metrics.count_tag("candidate_edges", len(src))
     yield shard, (src, dst)

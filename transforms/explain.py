@@ -11,7 +11,6 @@ import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
-from transforms.collide import concat_arrays
 from transforms.config import DedupConfig
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -141,7 +140,7 @@ class _JaccardFn(beam.DoFn):
     _, grouped = element
     if not grouped["pairs"]:
       return
-    docs, others = concat_arrays(grouped["pairs"])
+    docs, others = lsh_kernels.concat_arrays(grouped["pairs"])
     ids, values = sorted_values(grouped["values"])
     texts, user_ids = _texts_and_user_ids(values)
     doc_rows = lsh_kernels.rows_of(ids, docs)

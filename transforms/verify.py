@@ -23,13 +23,12 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.read import (ROW_BITS, InputChangedError, make_doc_id,
-                                  read_file, read_texts)
+from transforms.read import (InputChangedError, make_doc_id, read_file,
+                             read_texts, split_doc_id)
 from transforms.kernels import graph as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import compiled_signature as signature_kernels
-from transforms.collide import concat_arrays
 from transforms.sign import normalize_options
 
 REMOVED_STAT = "verify_removed_edges"
@@ -234,7 +233,7 @@ class _ServeFn(beam.DoFn):
 
 def sorted_values(batches):
   """The ``(ids, values)`` batches of a group as one pair sorted by id."""
-  ids, values = concat_arrays(batches)
+  ids, values = lsh_kernels.concat_arrays(batches)
   order = np.argsort(ids, kind="stable")
   return ids[order], values[order]
 
@@ -245,7 +244,7 @@ class _RequestByFileFn(beam.DoFn):
   def process(self, element):
     edge_shard, nodes = _endpoints(element)
     for file_index, (wanted,) in lsh_kernels.split_by_shard(
-        nodes >> ROW_BITS, nodes):
+        split_doc_id(nodes)[0], nodes):
       yield file_index, (wanted, edge_shard)
 
 
@@ -262,12 +261,11 @@ class _ReadCandidatesFn(beam.DoFn):
     if not wants:
       return
     (source,) = grouped["file"]
-    rows = np.unique(np.concatenate([w for w, _ in wants])) & (
-        (1 << ROW_BITS) - 1)
+    _, rows = split_doc_id(np.unique(np.concatenate([w for w, _ in wants])))
     texts = np.empty(len(rows), dtype=object)
     for i, value in enumerate(self._read(source, rows)):
       texts[i] = value
-    ids = (np.int64(source.index) << ROW_BITS) | rows
+    ids = make_doc_id(source.index, rows)
     for wanted, edge_shard in wants:
       found = texts[lsh_kernels.rows_of(ids, wanted)]
       yield metrics.shuffled(self._stat, wanted.nbytes + _nbytes(found))
@@ -338,7 +336,7 @@ class _CompareFn(metrics.MeteredDoFn):
     if not grouped["edges"]:
       return
     with self.meter.timed():
-      src, dst = concat_arrays(grouped["edges"])
+      src, dst = lsh_kernels.concat_arrays(grouped["edges"])
       ids, values = sorted_values(grouped["values"])
       passed, similarity = self.passes(ids, values,
                                        lsh_kernels.rows_of(ids, src),

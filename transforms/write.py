@@ -15,7 +15,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
 from transforms.stats import finalize_stats
-from transforms.read import (ROW_BITS, InputChangedError,
+from transforms.read import (InputChangedError,
                                   check_unchanged, iter_parquet_batches,
                                   iter_raw_lines, line_content, make_doc_id,
                                   open_parquet, split_doc_id)
@@ -278,7 +278,7 @@ def _cluster_row(doc_id, info, user_id, source):
       "cluster_size": info.cluster_size,
       "kept": info.kept,
       "source": source.path,
-      "position": (doc_id & ((1 << ROW_BITS) - 1)) + 1,
+      "position": split_doc_id(doc_id)[1] + 1,
       "kept_doc_id": info.kept_doc_id,
       "matched_doc_id": info.matched_doc_id,
       "matched_id": info.matched_id,
