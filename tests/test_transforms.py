@@ -16,6 +16,7 @@ from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
                         ReadDocuments, SelectKept, Shingle, VerifyEdges,
                         VerifyExact)
 from transforms import metrics
+from transforms.elements import SignatureBatch
 from transforms.read import ROW_BITS, InputFile
 from transforms.verify import ServeTextsFromFiles
 from transforms.kernels import lsh as lsh_kernels
@@ -43,8 +44,8 @@ def unbatch_signatures(batch):
 
 
 def signature_batch(pairs):
-  return (np.array([i for i, _ in pairs], dtype=np.int64),
-          np.stack([sig for _, sig in pairs]))
+  return SignatureBatch(np.array([i for i, _ in pairs], dtype=np.int64),
+                        np.stack([sig for _, sig in pairs]))
 
 
 def edge_pairs(edges):

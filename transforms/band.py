@@ -4,27 +4,27 @@
 Keys move as numpy arrays, one element per (batch, shard): the shuffle
 carries a few large elements, never one per (document, band).
 
-* signature batch (from :mod:`transforms.sign`): ``(ids int64[n],
-  signatures uint32[n, K])``
-* band-key shard: ``(shard, (keys uint64[m], ids int64[m], digests
-  uint64[m]))``
+* in: :class:`~transforms.elements.SignatureBatch` (from
+  :mod:`transforms.sign`)
+* out: ``(shard, KeyShard)`` (:class:`~transforms.elements.KeyShard`)
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
+from transforms.elements import KeyShard, SignatureBatch
 from transforms.kernels import lsh as lsh_kernels
 
 
+@beam.typehints.with_input_types(SignatureBatch)
 class BandKey(beam.PTransform):
-  """Signature batches → ``(shard, (keys uint64[m], ids int64[m], digests
-  uint64[m]))``.
+  """Signature batches → ``(shard, KeyShard)``.
 
   Each document gets one stable 64-bit key per band (hash of band index and
   the band's r values), sent with the digest of its whole signature (what
@@ -43,7 +43,7 @@ class BandKey(beam.PTransform):
     return {"keys": out.keys, "counts": out[metrics.COUNTS]}
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, KeyShard])
 class _BandKeyFn(metrics.MeteredDoFn):
 
   STAGE = "band_keys"
@@ -65,4 +65,4 @@ class _BandKeyFn(metrics.MeteredDoFn):
     yield metrics.shuffled("band_keys",
                            keys.nbytes + ids.nbytes + digests.nbytes)
     for shard, parts in shards:
-      yield shard, tuple(parts)
+      yield shard, KeyShard(*parts)

@@ -1,22 +1,26 @@
 """FindCandidates: band-key shards → GroupByKey collision → distinct
 candidate edge batches (Collide; verified next in :mod:`transforms.verify`).
 
-* edge batch: ``(edge shard, (src int64[m], dst int64[m]))`` with src < dst;
+* in: ``(shard, KeyShard)`` from :mod:`transforms.band`
+* out: ``(edge shard, EdgeBatch)`` (:class:`~transforms.elements.EdgeBatch`,
+  src < dst);
   candidate pairs are in the shard (:func:`lsh_kernels.node_shard`) of the
   smallest id of the bucket that found them
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Tuple
 
 import apache_beam as beam
 
 from transforms import metrics
 from transforms.config import DedupConfig
+from transforms.elements import EdgeBatch, KeyShard
 from transforms.kernels import lsh as lsh_kernels
 
 
+@beam.typehints.with_input_types(Tuple[int, KeyShard])
 class FindCandidates(beam.PTransform):
   """Band-key shards → distinct candidate edge batches.
 
@@ -50,7 +54,7 @@ class FindCandidates(beam.PTransform):
     return {"edges": distinct.edges, "counts": counts}
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, EdgeBatch])
 class _CollideFn(metrics.MeteredDoFn):
 
   STAGE = "collision"
@@ -84,14 +88,14 @@ class _CollideFn(metrics.MeteredDoFn):
       yield metrics.shuffled("candidate_edges",
                              found.src.nbytes + found.dst.nbytes)
       for shard, (src, dst) in batches:
-        yield shard, (src, dst)
+        yield shard, EdgeBatch(src, dst)
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, EdgeBatch])
 class _DistinctFn(beam.DoFn):
 
   def process(self, element):
     shard, parts = element
     src, dst = lsh_kernels.distinct_edges(*lsh_kernels.concat_arrays(parts))
     yield metrics.count_tag("candidate_edges", len(src))
-    yield shard, (src, dst)
+    yield shard, EdgeBatch(src, dst)

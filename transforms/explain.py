@@ -6,12 +6,14 @@ and the chain guard. Runs after :mod:`transforms.select`, before
 from __future__ import annotations
 
 import math
+from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
+from transforms.elements import EdgeBatch
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.verify import (MAX_TEXT_BATCH, ServeTextsFromDocs,
@@ -52,7 +54,8 @@ class ExplainClusters(beam.PTransform):
              | "PairsToCompare" >> beam.FlatMap(_pairs_to_compare)
              | "BatchPairs" >> beam.BatchElements(
                  min_batch_size=64, max_batch_size=MAX_TEXT_BATCH)
-             | "PairBatches" >> beam.FlatMap(_pair_batches, n))
+             | "PairBatches" >> beam.FlatMap(_pair_batches, n)
+             .with_output_types(Tuple[int, EdgeBatch]))
     if self._texts is None:
       served = ({"docs": inputs["docs"], "edges": pairs}
                 | "ServeTextsFromDocs" >> ServeTextsFromDocs(n))
@@ -119,14 +122,14 @@ def _pairs_to_compare(asked):
 
 
 def _pair_batches(batch, num_shards):
-  """``(doc, other)`` pairs → pair batches ``(shard, (docs, others))`` by
-  the shard of the document."""
+  """``(doc, other)`` pairs → ``(shard, EdgeBatch(docs, others))`` by the
+  shard of the document."""
   docs = np.fromiter((d for d, _ in batch), dtype=np.int64, count=len(batch))
   others = np.fromiter((o for _, o in batch), dtype=np.int64,
                        count=len(batch))
   for shard, (d, o) in lsh_kernels.split_by_shard(
       lsh_kernels.node_shard(docs, num_shards), docs, others):
-    yield shard, (d, o)
+    yield shard, EdgeBatch(d, o)
 
 
 class _JaccardFn(beam.DoFn):

@@ -8,6 +8,7 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
+from transforms.elements import SignatureBatch
 from transforms.kernels import minhash as minhash_kernels
 from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import reference_text as text_kernels
@@ -91,6 +92,7 @@ class _MinHashFn(_PermutationsFn):
       yield ids[i], sigs[row]
 
 
+@beam.typehints.with_output_types(SignatureBatch)
 class _SignatureFn(metrics.MeteredDoFn, _PermutationsFn):
   """Raw texts → one signature batch (the fused Normalize/Shingle/MinHash).
 
@@ -117,7 +119,8 @@ class _SignatureFn(metrics.MeteredDoFn, _PermutationsFn):
       yield metrics.count_tag("docs_too_short", int(short.sum()))
     yield metrics.count_tag("docs_signed", len(signed))
     if len(signed):
-      yield np.asarray(ids, dtype=np.int64)[signed], sigs[signed]
+      yield SignatureBatch(np.asarray(ids, dtype=np.int64)[signed],
+                           sigs[signed])
 
 
 class _Batched(beam.PTransform):
@@ -180,8 +183,8 @@ class ComputeSignatures(beam.PTransform):
   """``(doc_id, raw text)`` → ``{"signatures", "counts"}``: Normalize, Shingle
   and MinHash fused per batch of up to 4096 documents.
 
-  ``signatures`` holds signature batches ``(ids int64[n], uint32[n, K])``
-  (see :mod:`transforms.band`); ``counts`` the ``docs_signed``,
+  ``signatures`` holds :class:`~transforms.elements.SignatureBatch`
+  elements; ``counts`` the ``docs_signed``,
   ``docs_empty`` and ``docs_too_short`` stats."""
 
   def __init__(self, config: DedupConfig):

@@ -7,8 +7,9 @@ ids in one place: each candidate edge's shard asks the shards (or input
 files) that own its endpoints for their values, and compares them when they
 arrive. ``--verify none`` is :class:`ReduceUnverified`.
 
-* verified edge batch: ``(edge shard, (src, dst, similarity float64[m]))``,
-  a spanning forest of the pairs that passed (similarity NaN if unknown)
+* out: ``(edge shard, VerifiedEdges)``
+  (:class:`~transforms.elements.VerifiedEdges`), a spanning forest of the
+  pairs that passed (similarity NaN if unknown)
 
 Every join here is a :class:`~apache_beam.CoGroupByKey` of a shard's
 ``values`` (``(ids, values)``) with what asks for them.
@@ -23,6 +24,7 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
+from transforms.elements import EdgeBatch, VerifiedEdges
 from transforms.read import (InputChangedError, make_doc_id, read_file,
                              read_texts, split_doc_id)
 from transforms.kernels import graph as graph_kernels
@@ -314,7 +316,7 @@ class _Compare(beam.PTransform):
     return {"edges": compared.edges, "counts": compared[metrics.COUNTS]}
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, VerifiedEdges])
 class _CompareFn(metrics.MeteredDoFn):
   """Keeps the edges of one edge shard for which ``passes`` holds."""
 
@@ -388,9 +390,10 @@ def forest_batch(shard, src, dst, similarity):
   however dense the buckets were), with its ``graph_edges`` count."""
   keep = graph_kernels.spanning_forest(src, dst, similarity)
   yield metrics.count_tag("graph_edges", int(keep.sum()))
-  yield shard, (src[keep], dst[keep], similarity[keep])
+  yield shard, VerifiedEdges(src[keep], dst[keep], similarity[keep])
 
 
+@beam.typehints.with_input_types(Tuple[int, EdgeBatch])
 class ReduceUnverified(beam.PTransform):
   """Candidate edge batches → verified edge batches without verification
   (``--verify none``): every candidate passes, similarity unknown (NaN).
@@ -402,7 +405,7 @@ class ReduceUnverified(beam.PTransform):
     return {"edges": out.edges, "counts": out[metrics.COUNTS]}
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, VerifiedEdges])
 class _ReduceFn(beam.DoFn):
 
   def process(self, element):
