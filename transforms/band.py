@@ -30,7 +30,13 @@ class BandKey(beam.PTransform):
   the band's r values), sent with the digest of its whole signature (what
   :class:`FindCandidates` collapses identical documents by in large
   buckets). Keys are routed to ``config.lsh_shards`` shards by their high
-  bits. Returns ``{"keys", "counts"}``.
+  bits.
+
+  Args:
+    config: ``bands``, ``rows``, ``seed`` and ``lsh_shards``.
+
+  Returns:
+    ``{"keys": (shard, KeyShard), "counts"}`` (``shuffle_bytes``).
   """
 
   def __init__(self, config: DedupConfig):

@@ -31,8 +31,14 @@ class FindCandidates(beam.PTransform):
   :func:`~transforms.kernels.lsh.bucket_pairs`). Pairs go to the edge shard
   of their bucket's smallest id (so a bucket's pairs are verified, and
   reduced to a spanning forest, in one place); a pair found in several
-  buckets of that shard is kept once. Returns ``{"edges", "counts"}``
-  (``buckets_multi``, ``buckets_large``, ``candidate_edges``).
+  buckets of that shard is kept once.
+
+  Args:
+    config: ``exhaustive_bucket_size``, ``bucket_hubs`` and ``lsh_shards``.
+
+  Returns:
+    ``{"edges": (edge shard, EdgeBatch), "counts"}`` (``buckets_multi``,
+    ``buckets_large``, ``candidate_edges``, the bucket size histogram).
   """
 
   def __init__(self, config: DedupConfig):

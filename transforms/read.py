@@ -205,6 +205,14 @@ class ReadDocuments(beam.PTransform):
 
   Text files: one document per line (blank lines are empty documents).
   Compression is detected from the file extension.
+
+  Args:
+    patterns: file patterns (any Beam filesystem), matched files sorted by
+      path.
+    input_format: ``auto`` (by extension), ``jsonl``, ``parquet`` or
+      ``text``.
+    text_field: the JSONL field or Parquet column holding the text.
+    id_field: the field or column holding the user's id (kept as is).
   """
 
   def __init__(self, patterns: Sequence[str], input_format: str = "auto",

@@ -37,8 +37,18 @@ class SelectKept(beam.PTransform):
 
   Policies: ``first`` keeps the lowest id (first in input order); ``longest``
   keeps the longest text (ties: lowest id) and needs ``lengths``, a
-  PCollection of ``(doc_id, text length)``. Returns ``{"clusters",
-  "counts"}`` with the ``clusters`` and ``clustered_docs`` stats.
+  PCollection of ``(doc_id, text length)``.
+
+  Args:
+    keep: ``"first"`` or ``"longest"``.
+    lengths: ``(doc_id, text length)``, needed for ``"longest"``.
+
+  Returns:
+    ``{"clusters": (doc_id, ClusterInfo), "counts"}`` (``clusters``,
+    ``clustered_docs``, the cluster size histogram).
+
+  Raises:
+    ValueError: ``keep="longest"`` without ``lengths``.
   """
 
   def __init__(self, keep: str, lengths=None):

@@ -183,9 +183,14 @@ class ComputeSignatures(beam.PTransform):
   """``(doc_id, raw text)`` → ``{"signatures", "counts"}``: Normalize, Shingle
   and MinHash fused per batch of up to 4096 documents.
 
-  ``signatures`` holds :class:`~transforms.elements.SignatureBatch`
-  elements; ``counts`` the ``docs_signed``,
-  ``docs_empty`` and ``docs_too_short`` stats."""
+  Args:
+    config: the shingling, sketch and ``min_tokens`` parameters.
+
+  Returns:
+    ``{"signatures", "counts"}``: :class:`~transforms.elements.
+    SignatureBatch` elements, and the ``docs_signed``, ``docs_empty`` and
+    ``docs_too_short`` counts.
+  """
 
   def __init__(self, config: DedupConfig):
     super().__init__()

@@ -44,8 +44,15 @@ class VerifyEdges(beam.PTransform):
   the threshold, the most similar edges first (see
   :func:`forest_batch`). Every signature is shuffled once,
   to its document's shard, which forwards just the ones candidate edges
-  need. Returns ``{"edges",
-  "counts"}`` (``verified_edges``, ``verify_removed_edges``)."""
+  need.
+
+  Args:
+    config: ``threshold`` and ``lsh_shards``.
+
+  Returns:
+    ``{"edges": (edge shard, VerifiedEdges), "counts"}``
+    (``verified_edges``, ``verify_removed_edges``, ``graph_edges``).
+  """
 
   def __init__(self, config: DedupConfig):
     super().__init__()
@@ -78,8 +85,16 @@ class VerifyExact(beam.PTransform):
   the corpus text). ``texts`` can replace that with a cheaper source: a
   PTransform from endpoint requests to served texts, such as
   :class:`ServeTextsFromFiles`, which reads the candidates back from the
-  input files. Returns ``{"edges", "counts"}`` (``verified_edges``,
-  ``verify_removed_edges``).
+  input files.
+
+  Args:
+    config: the shingling parameters, ``threshold`` and ``lsh_shards``.
+    texts: optional, a PTransform from edge batches to ``{"values",
+      "counts"}`` of the endpoints' texts.
+
+  Returns:
+    ``{"edges": (edge shard, VerifiedEdges), "counts"}``
+    (``verified_edges``, ``verify_removed_edges``, ``graph_edges``).
   """
 
   def __init__(self, config: DedupConfig, texts: beam.PTransform = None):
@@ -109,7 +124,16 @@ class ServeTextsFromFiles(beam.PTransform):
   is a candidate. ``files`` is the :class:`InputFile` PCollection of
   :class:`~transforms.read.ReadDocuments`. With ``id_field``, each
   value is a ``(text, user id)`` pair (every row up to the last requested
-  one is parsed)."""
+  one is parsed).
+
+  Args:
+    files: the PCollection of :class:`~transforms.read.InputFile`.
+    text_field: the field (JSONL) or column (Parquet) holding the text.
+    id_field: the field holding the user's id, or None for texts only.
+
+  Returns:
+    ``{"values": (edge shard, (ids, values)), "counts"}``.
+  """
 
   def __init__(self, files, text_field: str = "text",
                id_field: Optional[str] = None):
@@ -397,7 +421,11 @@ def forest_batch(shard, src, dst, similarity):
 class ReduceUnverified(beam.PTransform):
   """Candidate edge batches → verified edge batches without verification
   (``--verify none``): every candidate passes, similarity unknown (NaN).
-  Returns ``{"edges", "counts"}``."""
+
+  Returns:
+    ``{"edges": (edge shard, VerifiedEdges), "counts"}``
+    (``verified_edges``, ``graph_edges``).
+  """
 
   def expand(self, edges):
     out = edges | "SpanningForest" >> beam.ParDo(

@@ -46,8 +46,15 @@ class WriteResults(beam.PTransform):
   byte for byte), so the documents themselves never go through a shuffle:
   only the clustered and rejected rows are grouped by file. A file whose
   size changed since it was matched fails the job
-  (:class:`~transforms.read.InputChangedError`). Returns the ``kept``,
-  ``removed``, ``rejected`` and ``rejected_<reason>`` counts.
+  (:class:`~transforms.read.InputChangedError`).
+
+  Args:
+    output: the folder (any Beam filesystem) to write under.
+    id_field: the JSONL field or Parquet column holding the user's id.
+
+  Returns:
+    The counts: ``kept``, ``removed``, ``rejected`` and
+    ``rejected_<reason>``.
   """
 
   def __init__(self, output: str, id_field: str = "id"):
@@ -303,8 +310,17 @@ def _write_lines(path: str, lines) -> None:
 
 class WriteStats(beam.PTransform):
   """Sums ``(stat, n)`` counts into ``stats.json`` (sorted keys), adding the
-  run's parameters and derived figures; fails the job if documents in !=
-  kept + removed + rejected."""
+  run's parameters and derived figures
+  (:func:`transforms.stats.finalize_stats`); fails the job if documents in
+  != kept + removed + rejected.
+
+  Args:
+    output: the folder to write ``stats.json`` into.
+    params: the run's parameters, recorded under ``params``.
+
+  Returns:
+    The stats document, once it is written.
+  """
 
   def __init__(self, output: str, params: dict):
     super().__init__()
