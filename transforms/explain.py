@@ -16,8 +16,8 @@ from transforms.config import DedupConfig
 from transforms.elements import EdgeBatch
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
-from transforms.verify import (MAX_TEXT_BATCH, ServeTextsFromDocs,
-                               exact_overlaps, sorted_values)
+from transforms.verify import (MAX_TEXT_BATCH, exact_overlaps, serve_texts,
+                               sorted_values)
 
 
 class ExplainClusters(beam.PTransform):
@@ -56,11 +56,7 @@ class ExplainClusters(beam.PTransform):
                  min_batch_size=64, max_batch_size=MAX_TEXT_BATCH)
              | "PairBatches" >> beam.FlatMap(_pair_batches, n)
              .with_output_types(Tuple[int, EdgeBatch]))
-    if self._texts is None:
-      served = ({"docs": inputs["docs"], "edges": pairs}
-                | "ServeTextsFromDocs" >> ServeTextsFromDocs(n))
-    else:
-      served = pairs | "ServeTexts" >> self._texts
+    served = serve_texts(self._texts, inputs["docs"], pairs, n)
     measured = ({"values": served["values"], "pairs": pairs}
                 | "GroupPairEnds" >> beam.CoGroupByKey()
                 | "ExactJaccard" >> beam.ParDo(_JaccardFn(self._config))

@@ -103,12 +103,8 @@ class VerifyExact(beam.PTransform):
     self._texts = texts
 
   def expand(self, inputs):
-    n = self._config.lsh_shards
-    if self._texts is None:
-      served = ({"docs": inputs["docs"], "edges": inputs["edges"]}
-                | "ServeTextsFromDocs" >> ServeTextsFromDocs(n))
-    else:
-      served = inputs["edges"] | "ServeTexts" >> self._texts
+    served = serve_texts(self._texts, inputs["docs"], inputs["edges"],
+                         self._config.lsh_shards)
     compared = ({"values": served["values"], "edges": inputs["edges"]}
                 | "CompareShingleSets" >> _Compare(
                     _ExactCompareFn(self._config)))
@@ -152,6 +148,16 @@ class ServeTextsFromFiles(beam.PTransform):
                                     self._id_field)).with_outputs(
                       metrics.COUNTS, main="values"))
     return {"values": served.values, "counts": served[metrics.COUNTS]}
+
+
+def serve_texts(texts, docs, requests, num_shards: int):
+  """``{"values", "counts"}``: the texts the edge (or pair) batches
+  ``requests`` ask for, from the ``texts`` PTransform (step ``ServeTexts``)
+  or, when it is None, routed from ``docs`` (step ``ServeTextsFromDocs``)."""
+  if texts is None:
+    return ({"docs": docs, "edges": requests}
+            | "ServeTextsFromDocs" >> ServeTextsFromDocs(num_shards))
+  return requests | "ServeTexts" >> texts
 
 
 class ServeTextsFromDocs(beam.PTransform):
