@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -103,6 +104,26 @@ def test_usage_names_the_module_and_beam_import_noise_is_gone():
   assert proc.stderr == ""
 
 
+def test_a_metered_dofn_times_its_work_even_when_it_raises():
+
+  class Metered(metrics.MeteredDoFn):
+    STAGE = "selection"
+
+  fn = Metered()
+  fn.setup()
+  with pytest.raises(ZeroDivisionError):
+    with fn.meter.timed():
+      time.sleep(0.003)
+      _ = 1 / 0
+  with fn.meter.timed():
+    time.sleep(0.003)
+  fn.meter.done(2)
+  (timing,) = fn.finish_bundle()
+  name, ms = timing.value.value
+  assert name == metrics.TIMING_PREFIX + "selection" and ms >= 6
+  assert fn.finish_bundle() == []
+
+
 def test_quantities_are_singular_for_one():
   assert metrics.quantity(1, "documents") == "1 document"
   assert metrics.quantity(2, "band keys") == "2 band keys"
@@ -113,6 +134,12 @@ def test_quantities_are_singular_for_one():
 def test_every_meter_stage_has_a_registered_unit():
   with pytest.raises(ValueError, match="PROGRESS_UNITS"):
     metrics.StageMeter("new_stage", "things")
+
+  class Unregistered(metrics.MeteredDoFn):
+    STAGE = "new_stage"
+
+  with pytest.raises(ValueError, match="Unregistered.STAGE 'new_stage'"):
+    Unregistered().setup()
   assert metrics.progress_totals({"signatures_documents": 1,
                                   "writing_documents": 3}) == [
                                       "signatures: 1 document in total",

@@ -1,5 +1,5 @@
-"""The config, the kernels and the report renderer must import without
-Apache Beam."""
+"""The config, the kernels, the stats vocabulary and the report renderer must
+import without Apache Beam."""
 
 import pathlib
 import pkgutil
@@ -13,6 +13,7 @@ import importlib, pkgutil, sys
 import transforms.config
 import transforms.kernels
 import transforms.report_render
+import transforms.stats
 names = sorted(m.name for m in pkgutil.iter_modules(transforms.kernels.__path__))
 for name in names:
   importlib.import_module("transforms.kernels." + name)

@@ -22,7 +22,7 @@ from pipeline.options import unknown_flags
 from transforms.read import (InputFile, InputReadError, iter_lines,
                                   read_file)
 from transforms.finalize import SUCCESS_FILE, read_success
-from transforms.write import NoTextFieldError, finalize_stats
+from transforms.stats import NoTextFieldError, finalize_stats
 from tests.corpus import stats_of, tree_bytes
 
 pytestmark = pytest.mark.e2e

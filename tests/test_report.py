@@ -14,12 +14,12 @@ from apache_beam.metrics.metric import MetricsFilter
 from pipeline import job
 from pipeline.cli import main
 from tests.corpus import read_jsonl, seed_corpus, stats_of, write_jsonl
-from transforms import metrics
+from transforms import metrics, stats as stat_names
 from transforms.config import DedupConfig
 from transforms.report_render import (LARGEST_CLUSTERS, MEMBERS_SHOWN,
                                       STAGES, assemble, render_html, s_curve,
                                       snippet)
-from transforms.write import finalize_stats
+from transforms.stats import finalize_stats
 
 SECTIONS = ("parameters", "counts", "s-curve", "bucket-sizes",
             "cluster-sizes", "edges", "components", "timings",
@@ -103,6 +103,18 @@ def check_stat_cells(page, stats):
 def test_size_bins_are_exact_floor_log2():
   sizes = [1, 2, 3, 4, 7, 8, 2**31 - 1, 2**31, 2**52 + 1]
   assert metrics.log2_bins(sizes).tolist() == [0, 1, 1, 2, 2, 3, 30, 31, 52]
+
+
+def test_stat_names_read_back_as_they_were_built():
+  built = {stat_names.rejected_stat("blank_line"): ("rejected", "blank_line"),
+           stat_names.shuffle_stat("write"): ("shuffle", "write"),
+           stat_names.round_stat(12): ("round", 12),
+           stat_names.timing_stat("band_keys"): ("timing", "band_keys"),
+           stat_names.size_bin_stat(stat_names.CLUSTER_SIZES, 4): (
+               "histogram", (stat_names.CLUSTER_SIZES, 4))}
+  built.update((name, ("count", name)) for name in stat_names.COUNTS)
+  assert {name: tuple(stat_names.parse_stat(name))
+          for name in built} == built
 
 
 def test_finalize_stats_adds_histograms_and_leaves_timings_out():

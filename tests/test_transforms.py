@@ -16,6 +16,7 @@ from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
                         ReadDocuments, SelectKept, Shingle, VerifyEdges,
                         VerifyExact)
 from transforms import metrics
+from transforms.elements import SignatureBatch
 from transforms.read import ROW_BITS, InputFile
 from transforms.verify import ServeTextsFromFiles
 from transforms.kernels import lsh as lsh_kernels
@@ -43,8 +44,8 @@ def unbatch_signatures(batch):
 
 
 def signature_batch(pairs):
-  return (np.array([i for i, _ in pairs], dtype=np.int64),
-          np.stack([sig for _, sig in pairs]))
+  return SignatureBatch(np.array([i for i, _ in pairs], dtype=np.int64),
+                        np.stack([sig for _, sig in pairs]))
 
 
 def edge_pairs(edges):
@@ -72,7 +73,7 @@ def test_read_documents_assigns_positional_ids_and_rejects_with_reasons(
         (0, 0, "hello", "x"), (1, 0, "line one", None), (1, 2, "", None),
         (1, 3, "last", None), (2, 0, "p0", 1)]), label="Docs")
     rejected = read["rejected"] | "RejectKeys" >> beam.Map(
-        lambda r: (r.doc_id, r.position, r.reason.split(":")[0]))
+        lambda r: (r.doc_id, r.position, r.reason))
     assert_that(rejected, equal_to([
         (1, 2, "text_not_string"), (2, 3, "malformed_json"),
         ((1 << ROW_BITS) | 1, 2, "invalid_utf8"),

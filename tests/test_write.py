@@ -36,7 +36,7 @@ def _inputs(path, fmt):
   # Rows 1, 4, 5 and 9 form one cluster kept at row 1; row 7 is rejected.
   clusters = [(make_doc_id(0, r), ClusterInfo(make_doc_id(0, 1), 4, r == 1))
               for r in (1, 4, 5, 9)]
-  rejected = [Rejected(make_doc_id(0, 7), path, 8, "blank_line: x", "")]
+  rejected = [Rejected(make_doc_id(0, 7), path, 8, "blank_line", "x", "")]
   return files, clusters, rejected
 
 

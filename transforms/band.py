@@ -4,33 +4,39 @@
 Keys move as numpy arrays, one element per (batch, shard): the shuffle
 carries a few large elements, never one per (document, band).
 
-* signature batch (from :mod:`transforms.sign`): ``(ids int64[n],
-  signatures uint32[n, K])``
-* band-key shard: ``(shard, (keys uint64[m], ids int64[m], digests
-  uint64[m]))``
+* in: :class:`~transforms.elements.SignatureBatch` (from
+  :mod:`transforms.sign`)
+* out: ``(shard, KeyShard)`` (:class:`~transforms.elements.KeyShard`)
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
+from transforms.elements import KeyShard, SignatureBatch
 from transforms.kernels import lsh as lsh_kernels
 
 
+@beam.typehints.with_input_types(SignatureBatch)
 class BandKey(beam.PTransform):
-  """Signature batches → ``(shard, (keys uint64[m], ids int64[m], digests
-  uint64[m]))``.
+  """Signature batches → ``(shard, KeyShard)``.
 
   Each document gets one stable 64-bit key per band (hash of band index and
   the band's r values), sent with the digest of its whole signature (what
   :class:`FindCandidates` collapses identical documents by in large
   buckets). Keys are routed to ``config.lsh_shards`` shards by their high
-  bits. Returns ``{"keys", "counts"}``.
+  bits.
+
+  Args:
+    config: ``bands``, ``rows``, ``seed`` and ``lsh_shards``.
+
+  Returns:
+    ``{"keys": (shard, KeyShard), "counts"}`` (``shuffle_bytes``).
   """
 
   def __init__(self, config: DedupConfig):
@@ -43,30 +49,26 @@ class BandKey(beam.PTransform):
     return {"keys": out.keys, "counts": out[metrics.COUNTS]}
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _BandKeyFn(beam.DoFn):
+@beam.typehints.with_output_types(Tuple[int, KeyShard])
+class _BandKeyFn(metrics.MeteredDoFn):
+
+  STAGE = "band_keys"
 
   def __init__(self, config: DedupConfig):
     self._config = config
 
-  def setup(self):
-    self._meter = metrics.StageMeter("band_keys", "documents")
-
   def process(self, batch):
     c = self._config
     ids, sigs = batch
-    self._meter.start()
-    keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
-    digests = np.repeat(lsh_kernels.signature_digests(sigs, c.seed), c.bands)
-    ids = np.repeat(ids, c.bands)
-    shards = list(lsh_kernels.split_by_shard(
-        lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids, digests))
-    self._meter.stop()
-    self._meter.done(len(sigs))
+    with self.meter.timed():
+      keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
+      digests = np.repeat(lsh_kernels.signature_digests(sigs, c.seed),
+                          c.bands)
+      ids = np.repeat(ids, c.bands)
+      shards = list(lsh_kernels.split_by_shard(
+          lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids, digests))
+    self.meter.done(len(sigs))
     yield metrics.shuffled("band_keys",
                            keys.nbytes + ids.nbytes + digests.nbytes)
     for shard, parts in shards:
-      yield shard, tuple(parts)
-
-  def finish_bundle(self):
-    return self._meter.flush()
+      yield shard, KeyShard(*parts)

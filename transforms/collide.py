@@ -1,23 +1,26 @@
 """FindCandidates: band-key shards → GroupByKey collision → distinct
 candidate edge batches (Collide; verified next in :mod:`transforms.verify`).
 
-* edge batch: ``(edge shard, (src int64[m], dst int64[m]))`` with src < dst;
+* in: ``(shard, KeyShard)`` from :mod:`transforms.band`
+* out: ``(edge shard, EdgeBatch)`` (:class:`~transforms.elements.EdgeBatch`,
+  src < dst);
   candidate pairs are in the shard (:func:`lsh_kernels.node_shard`) of the
   smallest id of the bucket that found them
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Tuple
 
 import apache_beam as beam
-import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
+from transforms.elements import EdgeBatch, KeyShard
 from transforms.kernels import lsh as lsh_kernels
 
 
+@beam.typehints.with_input_types(Tuple[int, KeyShard])
 class FindCandidates(beam.PTransform):
   """Band-key shards → distinct candidate edge batches.
 
@@ -28,8 +31,14 @@ class FindCandidates(beam.PTransform):
   :func:`~transforms.kernels.lsh.bucket_pairs`). Pairs go to the edge shard
   of their bucket's smallest id (so a bucket's pairs are verified, and
   reduced to a spanning forest, in one place); a pair found in several
-  buckets of that shard is kept once. Returns ``{"edges", "counts"}``
-  (``buckets_multi``, ``buckets_large``, ``candidate_edges``).
+  buckets of that shard is kept once.
+
+  Args:
+    config: ``exhaustive_bucket_size``, ``bucket_hubs`` and ``lsh_shards``.
+
+  Returns:
+    ``{"edges": (edge shard, EdgeBatch), "counts"}`` (``buckets_multi``,
+    ``buckets_large``, ``candidate_edges``, the bucket size histogram).
   """
 
   def __init__(self, config: DedupConfig):
@@ -51,28 +60,29 @@ class FindCandidates(beam.PTransform):
     return {"edges": distinct.edges, "counts": counts}
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _CollideFn(beam.DoFn):
+@beam.typehints.with_output_types(Tuple[int, EdgeBatch])
+class _CollideFn(metrics.MeteredDoFn):
+
+  STAGE = "collision"
 
   def __init__(self, config: DedupConfig):
     self._config = config
 
   def setup(self):
+    super().setup()
     self._bucket_sizes = metrics.distribution("bucket_size")
-    self._meter = metrics.StageMeter("collision", "band keys")
 
   def process(self, element):
     _, parts = element
     c = self._config
-    self._meter.start()
-    keys, ids, digests = concat_arrays(parts)
-    found = lsh_kernels.bucket_pairs(keys, ids, digests,
-                                     c.exhaustive_bucket_size, c.bucket_hubs)
-    batches = list(lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(found.anchor, c.lsh_shards), found.src,
-        found.dst))
-    self._meter.stop()
-    self._meter.done(len(keys))
+    with self.meter.timed():
+      keys, ids, digests = lsh_kernels.concat_arrays(parts)
+      found = lsh_kernels.bucket_pairs(keys, ids, digests,
+                                       c.exhaustive_bucket_size, c.bucket_hubs)
+      batches = list(lsh_kernels.split_by_shard(
+          lsh_kernels.node_shard(found.anchor, c.lsh_shards), found.src,
+          found.dst))
+    self.meter.done(len(keys))
     sizes = found.sizes
     if len(sizes):
       yield metrics.count_tag("buckets_multi", len(sizes))
@@ -84,28 +94,14 @@ class _CollideFn(beam.DoFn):
       yield metrics.shuffled("candidate_edges",
                              found.src.nbytes + found.dst.nbytes)
       for shard, (src, dst) in batches:
-        yield shard, (src, dst)
-
-  def finish_bundle(self):
-    return self._meter.flush()
+        yield shard, EdgeBatch(src, dst)
 
 
-def concat_arrays(parts):
-  """Tuples of arrays → one tuple of the concatenated arrays."""
-  columns = None
-  for part in parts:
-    if columns is None:
-      columns = [[] for _ in part]
-    for column, array in zip(columns, part):
-      column.append(array)
-  return tuple(np.concatenate(column) for column in columns)
-
-
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, EdgeBatch])
 class _DistinctFn(beam.DoFn):
 
   def process(self, element):
     shard, parts = element
-    src, dst = lsh_kernels.distinct_edges(*concat_arrays(parts))
+    src, dst = lsh_kernels.distinct_edges(*lsh_kernels.concat_arrays(parts))
     yield metrics.count_tag("candidate_edges", len(src))
-    yield shard, (src, dst)
+    yield shard, EdgeBatch(src, dst)

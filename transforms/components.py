@@ -108,19 +108,22 @@ def _keyed(shard, a, b):
   return shard, Pairs(a, b)
 
 
-class _MeteredFn(beam.DoFn):
+class _MeteredFn(metrics.MeteredDoFn):
   """Times its work as the ``components`` stage and counts nodes visited."""
 
+  STAGE = "components"
+
   def __init__(self, shards: int, index: int = 0):
+    super().__init__()
     self._shards = shards
     self._index = index
 
   def setup(self):
-    self._meter = metrics.StageMeter("components", "nodes")
+    super().setup()
     self._counts = metrics.BundleCounts()
 
   def finish_bundle(self):
-    return self._meter.flush() + self._counts.flush()
+    return super().finish_bundle() + self._counts.flush()
 
   def _gather(self, batches):
     batches = list(batches)
@@ -162,11 +165,10 @@ class _LargeStarFn(_MeteredFn):
 
   def process(self, element):
     shard, batches = element
-    self._meter.start()
-    a, b = self._gather(batches)
-    star = connected.large_star(a, b, shard, self._shards)
-    self._meter.stop()
-    self._meter.done(star.incidences)
+    with self.meter.timed():
+      a, b = self._gather(batches)
+      star = connected.large_star(a, b, shard, self._shards)
+    self.meter.done(star.incidences)
     self._counts.add(_SHUFFLED, 16 * star.incidences)
     self._counts.add(metrics.round_stat(self._index), star.changed)
     # Small-star needs all the edges of each child in one place.
@@ -180,11 +182,10 @@ class _SmallStarFn(_MeteredFn):
 
   def process(self, element):
     _, batches = element
-    self._meter.start()
-    a, b = self._gather(batches)
-    star = connected.small_star(a, b)
-    self._meter.stop()
-    self._meter.done(star.incidences)
+    with self.meter.timed():
+      a, b = self._gather(batches)
+      star = connected.small_star(a, b)
+    self.meter.done(star.incidences)
     self._counts.add(_SHUFFLED, 16 * star.incidences)
     self._counts.add(metrics.round_stat(self._index), star.changed)
     # The next step (a large star or the classification) needs every edge
@@ -236,11 +237,10 @@ class _ClassifyFn(_MeteredFn):
 
   def process(self, element):
     shard, batches = element
-    self._meter.start()
-    a, b = self._gather(batches)
-    c = connected.classify(a, b, shard, self._shards)
-    self._meter.stop()
-    self._meter.done(len(a))
+    with self.meter.timed():
+      a, b = self._gather(batches)
+      c = connected.classify(a, b, shard, self._shards)
+    self.meter.done(len(a))
     for out in connected.route(c.leaf_parent, c.leaf, self._shards,
                                both=False):
       yield _keyed(*out)
@@ -263,20 +263,19 @@ class _UnionFindFn(_MeteredFn):
     # An edge is reported by the shards of both its ends when both are
     # unsettled, so at most twice the limit is held before deduplicating.
     held_a, held_b, held = [], [], 0
-    self._meter.start()
-    for batch in batches:
-      held += len(batch.a)
-      held_a.append(batch.a)
-      held_b.append(batch.b)
-      if held > 2 * self._max_residual_edges:
+    with self.meter.timed():
+      for batch in batches:
+        held += len(batch.a)
+        held_a.append(batch.a)
+        held_b.append(batch.b)
+        if held > 2 * self._max_residual_edges:
+          self._too_large()
+      child, parent = connected.oriented_unique(np.concatenate(held_a),
+                                                np.concatenate(held_b))
+      if len(child) > self._max_residual_edges:
         self._too_large()
-    child, parent = connected.oriented_unique(np.concatenate(held_a),
-                                              np.concatenate(held_b))
-    if len(child) > self._max_residual_edges:
-      self._too_large()
-    nodes, labels = connected.component_minima(child, parent)
-    self._meter.stop()
-    self._meter.done(len(nodes))
+      nodes, labels = connected.component_minima(child, parent)
+    self.meter.done(len(nodes))
     yield metrics.count_tag("cc_residual_edges", len(child))
     yield metrics.count_tag("cc_residual_nodes", len(nodes))
     for out in connected.route(nodes, labels, self._shards, both=False):

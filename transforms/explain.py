@@ -6,17 +6,17 @@ and the chain guard. Runs after :mod:`transforms.select`, before
 from __future__ import annotations
 
 import math
+from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
-from transforms.collide import concat_arrays
 from transforms.config import DedupConfig
+from transforms.elements import EdgeBatch
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
-from transforms.verify import (EDGES_TAG, MAX_TEXT_BATCH, ServeTextsFromDocs,
-                               exact_overlaps, partition_tagged,
+from transforms.verify import (MAX_TEXT_BATCH, exact_overlaps, serve_texts,
                                sorted_values)
 
 
@@ -54,17 +54,11 @@ class ExplainClusters(beam.PTransform):
              | "PairsToCompare" >> beam.FlatMap(_pairs_to_compare)
              | "BatchPairs" >> beam.BatchElements(
                  min_batch_size=64, max_batch_size=MAX_TEXT_BATCH)
-             | "PairBatches" >> beam.FlatMap(_pair_batches, n))
-    if self._texts is None:
-      served = ({"docs": inputs["docs"], "edges": pairs}
-                | "ServeTextsFromDocs" >> ServeTextsFromDocs(n))
-    else:
-      served = pairs | "ServeTexts" >> self._texts
-    tagged_pairs = pairs | "TagPairs" >> beam.Map(
-        lambda kv: (kv[0], (EDGES_TAG, kv[1])))
-    measured = ((served["values"], tagged_pairs)
-                | "FlattenPairs" >> beam.Flatten()
-                | "GroupPairEnds" >> beam.GroupByKey()
+             | "PairBatches" >> beam.FlatMap(_pair_batches, n)
+             .with_output_types(Tuple[int, EdgeBatch]))
+    served = serve_texts(self._texts, inputs["docs"], pairs, n)
+    measured = ({"values": served["values"], "pairs": pairs}
+                | "GroupPairEnds" >> beam.CoGroupByKey()
                 | "ExactJaccard" >> beam.ParDo(_JaccardFn(self._config))
                 | "ByDocument" >> beam.FlatMap(_by_document))
     explained = ({"asked": chosen[_ASKED] | "KeyAsked" >> beam.Map(
@@ -124,14 +118,14 @@ def _pairs_to_compare(asked):
 
 
 def _pair_batches(batch, num_shards):
-  """``(doc, other)`` pairs → pair batches ``(shard, (docs, others))`` by
-  the shard of the document."""
+  """``(doc, other)`` pairs → ``(shard, EdgeBatch(docs, others))`` by the
+  shard of the document."""
   docs = np.fromiter((d for d, _ in batch), dtype=np.int64, count=len(batch))
   others = np.fromiter((o for _, o in batch), dtype=np.int64,
                        count=len(batch))
   for shard, (d, o) in lsh_kernels.split_by_shard(
       lsh_kernels.node_shard(docs, num_shards), docs, others):
-    yield shard, (d, o)
+    yield shard, EdgeBatch(d, o)
 
 
 class _JaccardFn(beam.DoFn):
@@ -142,12 +136,11 @@ class _JaccardFn(beam.DoFn):
     self._config = config
 
   def process(self, element):
-    _, tagged = element
-    ids, values, pairs = partition_tagged(tagged)
-    if not pairs:
+    _, grouped = element
+    if not grouped["pairs"]:
       return
-    docs, others = concat_arrays(p for (p,) in pairs)
-    ids, values = sorted_values(ids, values)
+    docs, others = lsh_kernels.concat_arrays(grouped["pairs"])
+    ids, values = sorted_values(grouped["values"])
     texts, user_ids = _texts_and_user_ids(values)
     doc_rows = lsh_kernels.rows_of(ids, docs)
     other_rows = lsh_kernels.rows_of(ids, others)

@@ -1,4 +1,5 @@
-"""The single Beam metrics namespace and the stat names shared by all steps.
+"""The single Beam metrics namespace, and counts as Beam counters and tagged
+outputs (their names and how they are read back: :mod:`transforms.stats`).
 
 Every count that lands in ``stats.json`` is also a Beam counter of the same
 name in ``NAMESPACE`` so it shows on Dataflow/Flink dashboards while a job runs.
@@ -8,6 +9,7 @@ time as ``worker_ms_<stage>`` counts (for the run report, not stats.json).
 """
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -17,13 +19,14 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from transforms.report_render import TIMING_PREFIX
+# The stat names, re-exported: steps build them through this module.
+from transforms.stats import (BUCKET_SIZES, CLUSTER_SIZES, SHUFFLE_PREFIX,
+                              TIMING_PREFIX, is_timing, log2_bins,
+                              rejected_stat, round_stat, shuffle_stat,
+                              size_bin_stat, timing_stat)
 
 NAMESPACE = "neardup"
 COUNTS = "counts"
-SHUFFLE_PREFIX = "shuffle_bytes_"
-BUCKET_SIZES = "bucket_size_log2"
-CLUSTER_SIZES = "cluster_size_log2"
 PROGRESS_LOGGER = "neardup.progress"
 # At most one progress line per stage and process in this many seconds.
 PROGRESS_INTERVAL_S = 5.0
@@ -64,21 +67,6 @@ def progress_totals(counters: dict) -> list:
           if counters.get(progress_counter(stage))]
 
 
-def round_stat(index: int) -> str:
-  """Stat name of the edges re-pointed by connected-component round i."""
-  return f"cc_changed_round_{index:03d}"
-
-
-def size_bin_stat(histogram: str, log2_bin: int) -> str:
-  """Stat name of bin k (sizes 2^k .. 2^(k+1)-1) of a size histogram."""
-  return f"{histogram}_{log2_bin:02d}"
-
-
-def log2_bins(sizes) -> np.ndarray:
-  """floor(log2(size)) of each positive integer size, exactly."""
-  return np.frexp(np.asarray(sizes, dtype=np.float64))[1].astype(np.int64) - 1
-
-
 def counter(name: str):
   return Metrics.counter(NAMESPACE, name)
 
@@ -97,7 +85,7 @@ def count_tag(name: str, value: int):
 def shuffled(name: str, nbytes: int):
   """A count tag for the payload bytes a step sends into a shuffle
   (``shuffle_bytes`` in stats.json)."""
-  return count_tag(SHUFFLE_PREFIX + name, nbytes)
+  return count_tag(shuffle_stat(name), nbytes)
 
 
 def histogram_tags(histogram: str, sizes):
@@ -107,15 +95,13 @@ def histogram_tags(histogram: str, sizes):
           for k, n in enumerate(bins) if n]
 
 
-def is_timing(name: str) -> bool:
-  return name.startswith(TIMING_PREFIX)
-
-
 class StageMeter:
-  """Instruments one heavy DoFn; build it in ``setup()``.
+  """Instruments one heavy DoFn; build it in ``setup()`` (or derive the DoFn
+  from :class:`MeteredDoFn`, which does).
 
-  ``start()`` … ``stop()`` adds the elapsed time of the work in between;
-  keep yields outside, as fused downstream steps run inside a yield.
+  ``with meter.timed():`` (or ``start()`` … ``stop()``) adds the elapsed time
+  of the work inside; keep yields outside, as fused downstream steps run
+  inside a yield.
   ``done(n)`` adds n units to the ``<stage>_<unit>`` counter and to the
   process's progress log (passed on at most once a second and at the end of
   the bundle). ``flush()``, from ``finish_bundle``, does the latter and
@@ -141,6 +127,15 @@ class StageMeter:
   def stop(self) -> None:
     self._seconds += time.perf_counter() - self._start
 
+  @contextlib.contextmanager
+  def timed(self):
+    """Times the block (also when it raises)."""
+    self.start()
+    try:
+      yield
+    finally:
+      self.stop()
+
   def done(self, n: int) -> None:
     self._pending += n
     now = time.monotonic()
@@ -160,10 +155,30 @@ class StageMeter:
     if not ms:
       return []
     self._seconds -= ms / 1000
-    name = TIMING_PREFIX + self._stage
+    name = timing_stat(self._stage)
     counter(name).inc(ms)
     return [beam.pvalue.TaggedOutput(
         COUNTS, GlobalWindows.windowed_value((name, ms)))]
+
+
+class MeteredDoFn(beam.DoFn):
+  """A DoFn metered as stage ``STAGE`` (a key of ``PROGRESS_UNITS``):
+  ``self.meter`` is its :class:`StageMeter`, flushed at the end of every
+  bundle. Time the work with ``with self.meter.timed():`` and count it with
+  ``self.meter.done(n)``; a subclass's ``setup``/``finish_bundle`` call
+  ``super()`` (``finish_bundle`` returns the list of outputs to add to)."""
+
+  STAGE: str = None
+
+  def setup(self):
+    super().setup()
+    if self.STAGE not in PROGRESS_UNITS:
+      raise ValueError(f"{type(self).__name__}.STAGE {self.STAGE!r}: add it "
+                       "with its unit to metrics.PROGRESS_UNITS")
+    self.meter = StageMeter(self.STAGE, PROGRESS_UNITS[self.STAGE])
+
+  def finish_bundle(self):
+    return self.meter.flush()
 
 
 class BundleCounts:

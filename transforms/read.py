@@ -50,12 +50,25 @@ class Document(NamedTuple):
 
 
 class Rejected(NamedTuple):
-  """An input record that is not a document, with the reason."""
+  """An input record that is not a document: ``reason`` is a code (the
+  ``rejected_<reason>`` stat), ``detail`` says what exactly is wrong."""
   doc_id: int
   source: str
   position: int
   reason: str
+  detail: str
   excerpt: str
+
+  @property
+  def message(self) -> str:
+    """``<reason>: <detail>``, as the ``rejected/`` rows hold it."""
+    return f"{self.reason}: {self.detail}" if self.detail else self.reason
+
+  def row(self) -> dict:
+    """The record's ``rejected/`` row."""
+    return {"doc_id": self.doc_id, "source": self.source,
+            "position": self.position, "reason": self.message,
+            "excerpt": self.excerpt}
 
 
 class InputFile(NamedTuple):
@@ -119,12 +132,20 @@ def read_texts(source: InputFile, rows: Iterable[int],
         "while the job ran; rerun on an unchanging snapshot.")
 
 
-def make_doc_id(file_index: int, row: int) -> int:
+def make_doc_id(file_index, row):
+  """The document id of a file's row (ints, or int64 arrays of rows).
+
+  >>> make_doc_id(2, 5) == 2 * 2**40 + 5
+  True
+  >>> import numpy as np
+  >>> split_doc_id(make_doc_id(2, np.array([5, 6])))
+  (array([2, 2]), array([5, 6]))
+  """
   return (file_index << ROW_BITS) | row
 
 
-def split_doc_id(doc_id: int) -> Tuple[int, int]:
-  """(file index, row) of a document id."""
+def split_doc_id(doc_id):
+  """``(file index, row)`` of a document id (or of an int64 array of them)."""
   return doc_id >> ROW_BITS, doc_id & ((1 << ROW_BITS) - 1)
 
 
@@ -184,6 +205,14 @@ class ReadDocuments(beam.PTransform):
 
   Text files: one document per line (blank lines are empty documents).
   Compression is detected from the file extension.
+
+  Args:
+    patterns: file patterns (any Beam filesystem), matched files sorted by
+      path.
+    input_format: ``auto`` (by extension), ``jsonl``, ``parquet`` or
+      ``text``.
+    text_field: the JSONL field or Parquet column holding the text.
+    id_field: the field or column holding the user's id (kept as is).
   """
 
   def __init__(self, patterns: Sequence[str], input_format: str = "auto",
@@ -223,76 +252,100 @@ class _ReadFileFn(beam.DoFn):
   def process(self, input_file: InputFile):
     metrics.counter("input_files").inc()
     rows = 0
-    for record in self.records(input_file):
+    for record in read_file(input_file, self._text_field, self._id_field):
       rows += 1
       if isinstance(record, Rejected):
-        metrics.counter("rejected_" + record.reason.split(":")[0]).inc()
+        metrics.counter(metrics.rejected_stat(record.reason)).inc()
         yield beam.pvalue.TaggedOutput("rejected", record)
       else:
         yield record
     yield metrics.count_tag("docs_in", rows)
 
-  def records(self, input_file: InputFile):
-    """Every row of the file as a :class:`Document` or a :class:`Rejected`,
-    in row order."""
-    index, path, fmt, _ = input_file
-    if fmt == "parquet":
-      return self._parquet(index, path)
-    return self._lines(index, path, fmt)
 
-  def _lines(self, index, path, fmt):
-    for row, line in iter_lines(path):
-      doc_id = make_doc_id(index, row)
-      if fmt == "jsonl":
-        yield self._parse_json_line(doc_id, path, row, line)
-      else:
-        yield _text_document(doc_id, path, row, line)
+def read_file(input_file: InputFile, text_field: str = "text",
+              id_field: str = "id") -> Iterable[Any]:
+  """Every row of one input file in order, as the :class:`Document` or
+  :class:`Rejected` that :class:`ReadDocuments` makes of it (without adding
+  to its counters); stop iterating early to read only a prefix."""
+  index, path, fmt, _ = input_file
+  if fmt == "parquet":
+    return _parquet_records(index, path, text_field, id_field)
+  return _line_records(index, path, fmt, text_field, id_field)
 
-  def _parse_json_line(self, doc_id, path, row, line: bytes):
 
-    def reject(reason):
-      return Rejected(doc_id, path, row + 1, reason, _excerpt(line))
+def _line_records(index, path, fmt, text_field, id_field):
+  for row, line in iter_lines(path):
+    doc_id = make_doc_id(index, row)
+    if fmt == "jsonl":
+      yield parse_json_line(doc_id, path, row, line, text_field, id_field)
+    else:
+      yield _text_document(doc_id, path, row, line)
 
-    try:
-      decoded = line_content(row, line).decode("utf-8")
-    except UnicodeDecodeError as e:
-      return reject(f"invalid_utf8: {e.reason} at byte {e.start}")
-    if not decoded.strip():
-      return reject("blank_line: a JSONL line must hold one JSON object")
-    try:
-      obj = json.loads(decoded)
-    except ValueError as e:
-      return reject(f"malformed_json: {e}")
-    if not isinstance(obj, dict):
-      return reject(f"not_an_object: got JSON {type(obj).__name__}")
-    if self._text_field not in obj:
-      return reject(f"missing_text_field: no {self._text_field!r} field")
-    text = obj[self._text_field]
-    if not isinstance(text, str):
-      return reject(f"text_not_string: {self._text_field!r} is "
-                    f"{type(text).__name__}")
-    if not _encodable(text):
-      return reject("invalid_utf8: text holds an unpaired surrogate escape")
-    return Document(doc_id, text, obj.get(self._id_field), line)
 
-  def _parquet(self, index, path):
-    with open_parquet(path) as parquet:
-      has_text = self._text_field in parquet.schema_arrow.names
-      row = 0
-      for batch in iter_parquet_batches(path, parquet):
-        for obj in batch.to_pylist():
-          doc_id = make_doc_id(index, row)
-          text = obj.get(self._text_field)
-          if not has_text:
-            yield Rejected(doc_id, path, row + 1, "missing_text_field: no "
-                           f"{self._text_field!r} column", _excerpt(obj))
-          elif not isinstance(text, str):
-            yield Rejected(doc_id, path, row + 1, "text_not_string: "
-                           f"{self._text_field!r} is {type(text).__name__}",
-                           _excerpt(obj))
-          else:
-            yield Document(doc_id, text, obj.get(self._id_field), obj)
-          row += 1
+def parse_json_line(doc_id: int, path: str, row: int, line: bytes,
+                    text_field: str, id_field: str):
+  """One JSONL line (without its line ending) as a :class:`Document`, or as
+  the :class:`Rejected` that says why it is none.
+
+  Args:
+    doc_id: the id the document gets.
+    path: the file's path (``Rejected.source``).
+    row: the line's 0-based row (a UTF-8 BOM is dropped on row 0).
+    line: the line's bytes.
+    text_field: the JSON field holding the text.
+    id_field: the JSON field holding the user's id (None if absent).
+
+  >>> parse_json_line(7, "a.jsonl", 3, b'{"text": 5}', "text", "id")[3:5]
+  ('text_not_string', "'text' is int")
+  >>> parse_json_line(7, "a.jsonl", 3, b'{"text": "hi", "id": 1}', "text",
+  ...                 "id")[:3]
+  (7, 'hi', 1)
+  """
+
+  def reject(reason, detail):
+    return Rejected(doc_id, path, row + 1, reason, detail, _excerpt(line))
+
+  try:
+    decoded = line_content(row, line).decode("utf-8")
+  except UnicodeDecodeError as e:
+    return reject("invalid_utf8", f"{e.reason} at byte {e.start}")
+  if not decoded.strip():
+    return reject("blank_line", "a JSONL line must hold one JSON object")
+  try:
+    obj = json.loads(decoded)
+  except ValueError as e:
+    return reject("malformed_json", str(e))
+  if not isinstance(obj, dict):
+    return reject("not_an_object", f"got JSON {type(obj).__name__}")
+  if text_field not in obj:
+    return reject("missing_text_field", f"no {text_field!r} field")
+  text = obj[text_field]
+  if not isinstance(text, str):
+    return reject("text_not_string", f"{text_field!r} is "
+                  f"{type(text).__name__}")
+  if not _encodable(text):
+    return reject("invalid_utf8", "text holds an unpaired surrogate escape")
+  return Document(doc_id, text, obj.get(id_field), line)
+
+
+def _parquet_records(index, path, text_field, id_field):
+  with open_parquet(path) as parquet:
+    has_text = text_field in parquet.schema_arrow.names
+    row = 0
+    for batch in iter_parquet_batches(path, parquet):
+      for obj in batch.to_pylist():
+        doc_id = make_doc_id(index, row)
+        text = obj.get(text_field)
+        if not has_text:
+          yield Rejected(doc_id, path, row + 1, "missing_text_field",
+                         f"no {text_field!r} column", _excerpt(obj))
+        elif not isinstance(text, str):
+          yield Rejected(doc_id, path, row + 1, "text_not_string",
+                         f"{text_field!r} is {type(text).__name__}",
+                         _excerpt(obj))
+        else:
+          yield Document(doc_id, text, obj.get(id_field), obj)
+        row += 1
 
 
 def parse_record(line: bytes, input_format: str, source: str, row: int,
@@ -301,8 +354,7 @@ def parse_record(line: bytes, input_format: str, source: str, row: int,
   :class:`Rejected` that :class:`ReadDocuments` makes of it; the streaming
   path parses its messages with the same rules and reasons."""
   if input_format == "jsonl":
-    parser = _ReadFileFn(text_field, id_field)
-    return parser._parse_json_line(0, source, row, line)
+    return parse_json_line(0, source, row, line, text_field, id_field)
   return _text_document(0, source, row, line)
 
 
@@ -439,9 +491,8 @@ def _text_document(doc_id, path, row, line: bytes):
     return Document(doc_id, line_content(row, line).decode("utf-8"), None,
                     line)
   except UnicodeDecodeError as e:
-    return Rejected(doc_id, path, row + 1,
-                    f"invalid_utf8: {e.reason} at byte {e.start}",
-                    _excerpt(line))
+    return Rejected(doc_id, path, row + 1, "invalid_utf8",
+                    f"{e.reason} at byte {e.start}", _excerpt(line))
 
 
 def _encodable(text: str) -> bool:
@@ -458,11 +509,3 @@ def _excerpt(record) -> str:
   else:
     text = json.dumps(record, default=str, ensure_ascii=False)
   return text[:_EXCERPT_CHARS]
-
-
-def read_file(input_file: InputFile, text_field: str = "text",
-              id_field: str = "id") -> Iterable[Any]:
-  """Every row of one input file in order, as the :class:`Document` or
-  :class:`Rejected` that :class:`ReadDocuments` makes of it (without adding
-  to its counters); stop iterating early to read only a prefix."""
-  return _ReadFileFn(text_field, id_field).records(input_file)

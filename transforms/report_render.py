@@ -12,13 +12,13 @@ import math
 import re
 from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
 
+from transforms import stats as stat_names
 from transforms.kernels.lsh import collision_probability
 
 LARGEST_CLUSTERS = 20
 MEMBERS_SHOWN = 10
 SNIPPET_CHARS = 240
 S_CURVE_POINTS = 101
-TIMING_PREFIX = "worker_ms_"
 STAGES = ("signatures", "band_keys", "collision", "verification",
           "components", "selection", "writing")
 
@@ -62,8 +62,9 @@ def size_bins(histogram: Sequence[int]) -> List[dict]:
 
 def worker_seconds(timings_ms: Mapping[str, int]) -> Dict[str, float]:
   """``worker_ms_<stage>`` sums as seconds, stages in pipeline order."""
-  by_stage = {name[len(TIMING_PREFIX):]: ms for name, ms in timings_ms.items()
-              if name.startswith(TIMING_PREFIX)}
+  parsed = {name: stat_names.parse_stat(name) for name in timings_ms}
+  by_stage = {stat.key: timings_ms[name] for name, stat in parsed.items()
+              if stat.kind == stat_names.TIMING}
   order = [s for s in STAGES if s in by_stage] + sorted(
       set(by_stage) - set(STAGES))
   return {stage: round(by_stage[stage] / 1000, 3) for stage in order}
@@ -322,7 +323,7 @@ def _components(stats: dict) -> str:
           f"{_stat_cell('cc_residual_nodes', stats['cc_residual_nodes'])}"
           "</tr>"]
   shown = changes[:max(used, 1)]
-  round_rows = [f"<tr><td>{i}</td>{_stat_cell(f'cc_changed_round_{i:03d}', c)}"
+  round_rows = [f"<tr><td>{i}</td>{_stat_cell(stat_names.round_stat(i), c)}"
                 "</tr>" for i, c in enumerate(shown, 1)]
   return (_table(rows) + "\n<h3>Edges re-pointed per round</h3>\n" +
           _table(round_rows, "<tr><th>round</th><th>edges</th></tr>") +

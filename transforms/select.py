@@ -37,8 +37,18 @@ class SelectKept(beam.PTransform):
 
   Policies: ``first`` keeps the lowest id (first in input order); ``longest``
   keeps the longest text (ties: lowest id) and needs ``lengths``, a
-  PCollection of ``(doc_id, text length)``. Returns ``{"clusters",
-  "counts"}`` with the ``clusters`` and ``clustered_docs`` stats.
+  PCollection of ``(doc_id, text length)``.
+
+  Args:
+    keep: ``"first"`` or ``"longest"``.
+    lengths: ``(doc_id, text length)``, needed for ``"longest"``.
+
+  Returns:
+    ``{"clusters": (doc_id, ClusterInfo), "counts"}`` (``clusters``,
+    ``clustered_docs``, the cluster size histogram).
+
+  Raises:
+    ValueError: ``keep="longest"`` without ``lengths``.
   """
 
   def __init__(self, keep: str, lengths=None):
@@ -71,28 +81,29 @@ def _member_with_length(element):
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
-class _ChooseFn(beam.DoFn):
+class _ChooseFn(metrics.MeteredDoFn):
+
+  STAGE = "selection"
 
   def setup(self):
+    super().setup()
     self._sizes = metrics.distribution("cluster_size")
-    self._meter = metrics.StageMeter("selection", "clusters")
     self._counts = metrics.BundleCounts()
 
   def finish_bundle(self):
-    return self._meter.flush() + self._counts.flush()
+    return super().finish_bundle() + self._counts.flush()
 
   def process(self, element):
     label, members = element
-    self._meter.start()
-    members = sorted(members)
-    # Longest first, then lowest id; with equal lengths (policy "first")
-    # this is simply the lowest id, which is also the label.
-    kept = min(members, key=lambda m: (-m[1], m[0]))[0]
-    self._meter.stop()
-    self._meter.done(1)
+    with self.meter.timed():
+      members = sorted(members)
+      # Longest first, then lowest id; with equal lengths (policy "first")
+      # this is simply the lowest id, which is also the label.
+      kept = min(members, key=lambda m: (-m[1], m[0]))[0]
+    self.meter.done(1)
     size = len(members)
     self._sizes.update(size)
-    self._counts.add(metrics.SHUFFLE_PREFIX + "select_kept", 24 * size)
+    self._counts.add(metrics.shuffle_stat("select_kept"), 24 * size)
     self._counts.add("clusters", 1)
     self._counts.add("clustered_docs", size)
     # bit_length() - 1 = floor(log2(size))

@@ -8,6 +8,7 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
+from transforms.elements import SignatureBatch
 from transforms.kernels import minhash as minhash_kernels
 from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import reference_text as text_kernels
@@ -91,7 +92,8 @@ class _MinHashFn(_PermutationsFn):
       yield ids[i], sigs[row]
 
 
-class _SignatureFn(_PermutationsFn):
+@beam.typehints.with_output_types(SignatureBatch)
+class _SignatureFn(metrics.MeteredDoFn, _PermutationsFn):
   """Raw texts → one signature batch (the fused Normalize/Shingle/MinHash).
 
   Documents with no units are counted as ``docs_empty``, those with fewer
@@ -99,18 +101,15 @@ class _SignatureFn(_PermutationsFn):
   so neither is ever clustered.
   """
 
-  def setup(self):
-    super().setup()
-    self._meter = metrics.StageMeter("signatures", "documents")
+  STAGE = "signatures"
 
   def compute(self, ids, values):
     c = self._config
-    self._meter.start()
-    sigs, unit_counts = signature_kernels.signature_batch(
-        values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
-        b=self._b, sketch=c.sketch, **normalize_options(c))
-    self._meter.stop()
-    self._meter.done(len(values))
+    with self.meter.timed():
+      sigs, unit_counts = signature_kernels.signature_batch(
+          values, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
+          b=self._b, sketch=c.sketch, **normalize_options(c))
+    self.meter.done(len(values))
     empty = unit_counts == 0
     short = ~empty & (unit_counts < c.min_tokens)
     signed = np.flatnonzero(~empty & ~short)
@@ -120,10 +119,8 @@ class _SignatureFn(_PermutationsFn):
       yield metrics.count_tag("docs_too_short", int(short.sum()))
     yield metrics.count_tag("docs_signed", len(signed))
     if len(signed):
-      yield np.asarray(ids, dtype=np.int64)[signed], sigs[signed]
-
-  def finish_bundle(self):
-    return self._meter.flush()
+      yield SignatureBatch(np.asarray(ids, dtype=np.int64)[signed],
+                           sigs[signed])
 
 
 class _Batched(beam.PTransform):
@@ -186,9 +183,14 @@ class ComputeSignatures(beam.PTransform):
   """``(doc_id, raw text)`` → ``{"signatures", "counts"}``: Normalize, Shingle
   and MinHash fused per batch of up to 4096 documents.
 
-  ``signatures`` holds signature batches ``(ids int64[n], uint32[n, K])``
-  (see :mod:`transforms.band`); ``counts`` the ``docs_signed``,
-  ``docs_empty`` and ``docs_too_short`` stats."""
+  Args:
+    config: the shingling, sketch and ``min_tokens`` parameters.
+
+  Returns:
+    ``{"signatures", "counts"}``: :class:`~transforms.elements.
+    SignatureBatch` elements, and the ``docs_signed``, ``docs_empty`` and
+    ``docs_too_short`` counts.
+  """
 
   def __init__(self, config: DedupConfig):
     super().__init__()

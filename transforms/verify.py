@@ -7,8 +7,12 @@ ids in one place: each candidate edge's shard asks the shards (or input
 files) that own its endpoints for their values, and compares them when they
 arrive. ``--verify none`` is :class:`ReduceUnverified`.
 
-* verified edge batch: ``(edge shard, (src, dst, similarity float64[m]))``,
-  a spanning forest of the pairs that passed (similarity NaN if unknown)
+* out: ``(edge shard, VerifiedEdges)``
+  (:class:`~transforms.elements.VerifiedEdges`), a spanning forest of the
+  pairs that passed (similarity NaN if unknown)
+
+Every join here is a :class:`~apache_beam.CoGroupByKey` of a shard's
+``values`` (``(ids, values)``) with what asks for them.
 """
 
 from __future__ import annotations
@@ -20,17 +24,16 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.read import (ROW_BITS, InputChangedError, make_doc_id,
-                                  read_file, read_texts)
+from transforms.elements import EdgeBatch, VerifiedEdges
+from transforms.read import (InputChangedError, make_doc_id, read_file,
+                             read_texts, split_doc_id)
 from transforms.kernels import connected as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import compiled_signature as signature_kernels
-from transforms.collide import concat_arrays
 from transforms.sign import normalize_options
 
 REMOVED_STAT = "verify_removed_edges"
-_VALUE, _WANT, EDGES_TAG, _FILE = "value", "want", "edges", "file"
 MAX_TEXT_BATCH = 4096
 
 
@@ -41,8 +44,15 @@ class VerifyEdges(beam.PTransform):
   the threshold, the most similar edges first (see
   :func:`forest_batch`). Every signature is shuffled once,
   to its document's shard, which forwards just the ones candidate edges
-  need. Returns ``{"edges",
-  "counts"}`` (``verified_edges``, ``verify_removed_edges``)."""
+  need.
+
+  Args:
+    config: ``threshold`` and ``lsh_shards``.
+
+  Returns:
+    ``{"edges": (edge shard, VerifiedEdges), "counts"}``
+    (``verified_edges``, ``verify_removed_edges``, ``graph_edges``).
+  """
 
   def __init__(self, config: DedupConfig):
     super().__init__()
@@ -75,8 +85,16 @@ class VerifyExact(beam.PTransform):
   the corpus text). ``texts`` can replace that with a cheaper source: a
   PTransform from endpoint requests to served texts, such as
   :class:`ServeTextsFromFiles`, which reads the candidates back from the
-  input files. Returns ``{"edges", "counts"}`` (``verified_edges``,
-  ``verify_removed_edges``).
+  input files.
+
+  Args:
+    config: the shingling parameters, ``threshold`` and ``lsh_shards``.
+    texts: optional, a PTransform from edge batches to ``{"values",
+      "counts"}`` of the endpoints' texts.
+
+  Returns:
+    ``{"edges": (edge shard, VerifiedEdges), "counts"}``
+    (``verified_edges``, ``verify_removed_edges``, ``graph_edges``).
   """
 
   def __init__(self, config: DedupConfig, texts: beam.PTransform = None):
@@ -85,12 +103,8 @@ class VerifyExact(beam.PTransform):
     self._texts = texts
 
   def expand(self, inputs):
-    n = self._config.lsh_shards
-    if self._texts is None:
-      served = ({"docs": inputs["docs"], "edges": inputs["edges"]}
-                | "ServeTextsFromDocs" >> ServeTextsFromDocs(n))
-    else:
-      served = inputs["edges"] | "ServeTexts" >> self._texts
+    served = serve_texts(self._texts, inputs["docs"], inputs["edges"],
+                         self._config.lsh_shards)
     compared = ({"values": served["values"], "edges": inputs["edges"]}
                 | "CompareShingleSets" >> _Compare(
                     _ExactCompareFn(self._config)))
@@ -106,7 +120,16 @@ class ServeTextsFromFiles(beam.PTransform):
   is a candidate. ``files`` is the :class:`InputFile` PCollection of
   :class:`~transforms.read.ReadDocuments`. With ``id_field``, each
   value is a ``(text, user id)`` pair (every row up to the last requested
-  one is parsed)."""
+  one is parsed).
+
+  Args:
+    files: the PCollection of :class:`~transforms.read.InputFile`.
+    text_field: the field (JSONL) or column (Parquet) holding the text.
+    id_field: the field holding the user's id, or None for texts only.
+
+  Returns:
+    ``{"values": (edge shard, (ids, values)), "counts"}``.
+  """
 
   def __init__(self, files, text_field: str = "text",
                id_field: Optional[str] = None):
@@ -117,16 +140,24 @@ class ServeTextsFromFiles(beam.PTransform):
 
   def expand(self, edges):
     requests = edges | "RequestByFile" >> beam.ParDo(_RequestByFileFn())
-    files = self._files | "KeyFiles" >> beam.Map(
-        lambda f: (f.index, (_FILE, f)))
-    served = ((requests, files)
-              | "FlattenRequests" >> beam.Flatten()
-              | "GroupByFile" >> beam.GroupByKey()
+    files = self._files | "KeyFiles" >> beam.Map(lambda f: (f.index, f))
+    served = ({"file": files, "wants": requests}
+              | "GroupByFile" >> beam.CoGroupByKey()
               | "ReadCandidates" >> beam.ParDo(
                   _ReadCandidatesFn(self._text_field,
                                     self._id_field)).with_outputs(
                       metrics.COUNTS, main="values"))
     return {"values": served.values, "counts": served[metrics.COUNTS]}
+
+
+def serve_texts(texts, docs, requests, num_shards: int):
+  """``{"values", "counts"}``: the texts the edge (or pair) batches
+  ``requests`` ask for, from the ``texts`` PTransform (step ``ServeTexts``)
+  or, when it is None, routed from ``docs`` (step ``ServeTextsFromDocs``)."""
+  if texts is None:
+    return ({"docs": docs, "edges": requests}
+            | "ServeTextsFromDocs" >> ServeTextsFromDocs(num_shards))
+  return requests | "ServeTexts" >> texts
 
 
 class ServeTextsFromDocs(beam.PTransform):
@@ -166,7 +197,7 @@ def _nbytes(values) -> int:
 
 @beam.typehints.with_output_types(Tuple[int, Any])
 class _RouteFn(beam.DoFn):
-  """``(ids, values)`` batches → ``(node shard, (value tag, ids, values))``."""
+  """``(ids, values)`` batches → ``(node shard, (ids, values))``."""
 
   def __init__(self, num_shards: int, stat: str):
     self._num_shards = num_shards
@@ -177,13 +208,13 @@ class _RouteFn(beam.DoFn):
     yield metrics.shuffled(self._stat, ids.nbytes + _nbytes(values))
     for shard, (shard_ids, shard_values) in lsh_kernels.split_by_shard(
         lsh_kernels.node_shard(ids, self._num_shards), ids, values):
-      yield shard, (_VALUE, shard_ids, shard_values)
+      yield shard, (shard_ids, shard_values)
 
 
 class _Serve(beam.PTransform):
   """``{"values": node-shard values, "edges": edge batches}`` → ``{"values":
-  (edge shard, (value tag, ids, values)), "counts"}``: each node shard sends
-  the values of the endpoints an edge shard asked for."""
+  (edge shard, (ids, values)), "counts"}``: each node shard sends the values
+  of the endpoints an edge shard asked for."""
 
   def __init__(self, num_shards: int):
     super().__init__()
@@ -192,9 +223,8 @@ class _Serve(beam.PTransform):
   def expand(self, inputs):
     wants = inputs["edges"] | "RequestEndpoints" >> beam.ParDo(
         _RequestFn(self._num_shards))
-    served = ((inputs["values"], wants)
-              | "FlattenRequests" >> beam.Flatten()
-              | "JoinValues" >> beam.GroupByKey()
+    served = ({"values": inputs["values"], "wants": wants}
+              | "JoinValues" >> beam.CoGroupByKey()
               | "ServeValues" >> beam.ParDo(_ServeFn()).with_outputs(
                   metrics.COUNTS, main="values"))
     return {"values": served.values, "counts": served[metrics.COUNTS]}
@@ -215,42 +245,29 @@ class _RequestFn(beam.DoFn):
     edge_shard, nodes = _endpoints(element)
     for shard, (wanted,) in lsh_kernels.split_by_shard(
         lsh_kernels.node_shard(nodes, self._num_shards), nodes):
-      yield shard, (_WANT, wanted, edge_shard)
+      yield shard, (wanted, edge_shard)
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
 class _ServeFn(beam.DoFn):
 
   def process(self, element):
-    _, tagged = element
-    ids, values, wants = partition_tagged(tagged)
-    if not wants:
+    _, grouped = element
+    if not grouped["wants"]:
       return
-    ids, values = sorted_values(ids, values)
-    for wanted, edge_shard in wants:
+    ids, values = sorted_values(grouped["values"])
+    for wanted, edge_shard in grouped["wants"]:
       found = values[lsh_kernels.rows_of(ids, wanted)]
       yield metrics.shuffled("verify_endpoints",
                              wanted.nbytes + _nbytes(found))
-      yield edge_shard, (_VALUE, wanted, found)
+      yield edge_shard, (wanted, found)
 
 
-def partition_tagged(tagged):
-  """``(ids, values, others)`` of a group's tagged elements: the id and value
-  arrays of the ``_VALUE`` ones, the rest without their tag."""
-  ids, values, others = [], [], []
-  for element in tagged:
-    if element[0] == _VALUE:
-      ids.append(element[1])
-      values.append(element[2])
-    else:
-      others.append(element[1:])
-  return ids, values, others
-
-
-def sorted_values(ids, values):
-  ids = np.concatenate(ids)
+def sorted_values(batches):
+  """The ``(ids, values)`` batches of a group as one pair sorted by id."""
+  ids, values = lsh_kernels.concat_arrays(batches)
   order = np.argsort(ids, kind="stable")
-  return ids[order], np.concatenate(values)[order]
+  return ids[order], values[order]
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
@@ -259,8 +276,8 @@ class _RequestByFileFn(beam.DoFn):
   def process(self, element):
     edge_shard, nodes = _endpoints(element)
     for file_index, (wanted,) in lsh_kernels.split_by_shard(
-        nodes >> ROW_BITS, nodes):
-      yield file_index, (_WANT, wanted, edge_shard)
+        split_doc_id(nodes)[0], nodes):
+      yield file_index, (wanted, edge_shard)
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
@@ -271,25 +288,20 @@ class _ReadCandidatesFn(beam.DoFn):
     self._id_field = id_field
 
   def process(self, element):
-    _, tagged = element
-    source, wants = None, []
-    for value in tagged:
-      if value[0] == _FILE:
-        source = value[1]
-      else:
-        wants.append(value[1:])
+    _, grouped = element
+    wants = grouped["wants"]
     if not wants:
       return
-    rows = np.unique(np.concatenate([w for w, _ in wants])) & (
-        (1 << ROW_BITS) - 1)
+    (source,) = grouped["file"]
+    _, rows = split_doc_id(np.unique(np.concatenate([w for w, _ in wants])))
     texts = np.empty(len(rows), dtype=object)
     for i, value in enumerate(self._read(source, rows)):
       texts[i] = value
-    ids = (np.int64(source.index) << ROW_BITS) | rows
+    ids = make_doc_id(source.index, rows)
     for wanted, edge_shard in wants:
       found = texts[lsh_kernels.rows_of(ids, wanted)]
       yield metrics.shuffled(self._stat, wanted.nbytes + _nbytes(found))
-      yield edge_shard, (_VALUE, wanted, found)
+      yield edge_shard, (wanted, found)
 
   @property
   def _stat(self):
@@ -327,47 +339,41 @@ class _Compare(beam.PTransform):
     self._fn = fn
 
   def expand(self, inputs):
-    tagged_edges = inputs["edges"] | "TagEdges" >> beam.Map(
-        lambda kv: (kv[0], (EDGES_TAG, kv[1])))
-    compared = ((inputs["values"], tagged_edges)
-                | "FlattenEdges" >> beam.Flatten()
-                | "GroupEdgeEnds" >> beam.GroupByKey()
+    compared = ({"values": inputs["values"], "edges": inputs["edges"]}
+                | "GroupEdgeEnds" >> beam.CoGroupByKey()
                 | "Compare" >> beam.ParDo(self._fn).with_outputs(
                     metrics.COUNTS, main="edges"))
     return {"edges": compared.edges, "counts": compared[metrics.COUNTS]}
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
-class _CompareFn(beam.DoFn):
+@beam.typehints.with_output_types(Tuple[int, VerifiedEdges])
+class _CompareFn(metrics.MeteredDoFn):
   """Keeps the edges of one edge shard for which ``passes`` holds."""
+
+  STAGE = "verification"
 
   def __init__(self, config: DedupConfig):
     self._config = config
 
   def setup(self):
+    super().setup()
     self._similarity = metrics.distribution("verified_similarity_permille")
-    self._meter = metrics.StageMeter("verification", "candidate edges")
-
-  def finish_bundle(self):
-    return self._meter.flush()
 
   def passes(self, ids, values, src_rows, dst_rows):
     """``(passed bool[m], similarity float64[m])`` of the edges."""
     raise NotImplementedError
 
   def process(self, element):
-    shard, tagged = element
-    ids, values, edges = partition_tagged(tagged)
-    if not edges:
+    shard, grouped = element
+    if not grouped["edges"]:
       return
-    self._meter.start()
-    src, dst = concat_arrays(e for (e,) in edges)
-    ids, values = sorted_values(ids, values)
-    passed, similarity = self.passes(ids, values,
-                                     lsh_kernels.rows_of(ids, src),
-                                     lsh_kernels.rows_of(ids, dst))
-    self._meter.stop()
-    self._meter.done(len(src))
+    with self.meter.timed():
+      src, dst = lsh_kernels.concat_arrays(grouped["edges"])
+      ids, values = sorted_values(grouped["values"])
+      passed, similarity = self.passes(ids, values,
+                                       lsh_kernels.rows_of(ids, src),
+                                       lsh_kernels.rows_of(ids, dst))
+    self.meter.done(len(src))
     for value in (1000 * similarity[passed]).astype(np.int64).tolist():
       self._similarity.update(value)
     yield metrics.count_tag("verified_edges", int(passed.sum()))
@@ -414,13 +420,18 @@ def forest_batch(shard, src, dst, similarity):
   however dense the buckets were), with its ``graph_edges`` count."""
   keep = graph_kernels.spanning_forest(src, dst, similarity)
   yield metrics.count_tag("graph_edges", int(keep.sum()))
-  yield shard, (src[keep], dst[keep], similarity[keep])
+  yield shard, VerifiedEdges(src[keep], dst[keep], similarity[keep])
 
 
+@beam.typehints.with_input_types(Tuple[int, EdgeBatch])
 class ReduceUnverified(beam.PTransform):
   """Candidate edge batches → verified edge batches without verification
   (``--verify none``): every candidate passes, similarity unknown (NaN).
-  Returns ``{"edges", "counts"}``."""
+
+  Returns:
+    ``{"edges": (edge shard, VerifiedEdges), "counts"}``
+    (``verified_edges``, ``graph_edges``).
+  """
 
   def expand(self, edges):
     out = edges | "SpanningForest" >> beam.ParDo(
@@ -428,7 +439,7 @@ class ReduceUnverified(beam.PTransform):
     return {"edges": out.edges, "counts": out[metrics.COUNTS]}
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, VerifiedEdges])
 class _ReduceFn(beam.DoFn):
 
   def process(self, element):

@@ -14,7 +14,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
-from transforms.read import (ROW_BITS, InputChangedError,
+from transforms.stats import finalize_stats
+from transforms.read import (InputChangedError,
                                   check_unchanged, iter_parquet_batches,
                                   iter_raw_lines, line_content, make_doc_id,
                                   open_parquet, split_doc_id)
@@ -45,8 +46,15 @@ class WriteResults(beam.PTransform):
   byte for byte), so the documents themselves never go through a shuffle:
   only the clustered and rejected rows are grouped by file. A file whose
   size changed since it was matched fails the job
-  (:class:`~transforms.read.InputChangedError`). Returns the ``kept``,
-  ``removed``, ``rejected`` and ``rejected_<reason>`` counts.
+  (:class:`~transforms.read.InputChangedError`).
+
+  Args:
+    output: the folder (any Beam filesystem) to write under.
+    id_field: the JSONL field or Parquet column holding the user's id.
+
+  Returns:
+    The counts: ``kept``, ``removed``, ``rejected`` and
+    ``rejected_<reason>``.
   """
 
   def __init__(self, output: str, id_field: str = "id"):
@@ -89,21 +97,27 @@ class _Part:
     return rows
 
 
-class _WriteFileFn(beam.DoFn):
+class _WriteFileFn(metrics.MeteredDoFn):
+
+  STAGE = "writing"
 
   def __init__(self, output: str, id_field: str):
     self._output = output
     self._id_field = id_field
 
-  def setup(self):
-    self._meter = metrics.StageMeter("writing", "documents")
-
-  def finish_bundle(self):
-    return self._meter.flush()
-
   def process(self, element):
-    self._meter.start()
-    _, grouped = element
+    with self.meter.timed():
+      received, totals, reasons = self._write_file(element[1])
+    self.meter.done(totals["kept"] + totals["removed"] + totals["rejected"])
+    yield metrics.shuffled("write", received)
+    for name, value in totals.items():
+      yield metrics.count_tag(name, value)
+    for reason, value in sorted(reasons.items()):
+      yield metrics.count_tag(metrics.rejected_stat(reason), value)
+
+  def _write_file(self, grouped):
+    """Writes one input file's outputs; returns ``(bytes received, totals,
+    rejections by reason)``."""
     source = next(iter(grouped["file"]))
     check_unchanged(source)
     parts: Dict[int, _Part] = {}
@@ -114,7 +128,7 @@ class _WriteFileFn(beam.DoFn):
     for rejected in grouped["rejected"]:
       row = split_doc_id(rejected.doc_id)[1]
       parts.setdefault(row >> PART_ROW_BITS, _Part()).rejected.append(rejected)
-      received += 16 + len(rejected.source) + len(rejected.reason) + len(
+      received += 16 + len(rejected.source) + len(rejected.message) + len(
           rejected.excerpt)
     received += 32 * sum(len(p.clusters) for p in parts.values())
     if source.format == "parquet":
@@ -132,18 +146,12 @@ class _WriteFileFn(beam.DoFn):
       totals["kept"] += kept
       totals["removed"] += sum(not i.kept for i in part.clusters.values())
       totals["rejected"] += len(part.rejected)
-      reasons.update(r.reason.split(":")[0] for r in part.rejected)
+      reasons.update(r.reason for r in part.rejected)
     if parts:
       raise InputChangedError(
           f"{source.path} has fewer rows than when it was read: it changed"
           " while the job ran; rerun on an unchanging snapshot.")
-    self._meter.stop()
-    self._meter.done(totals["kept"] + totals["removed"] + totals["rejected"])
-    yield metrics.shuffled("write", received)
-    for name, value in totals.items():
-      yield metrics.count_tag(name, value)
-    for reason, value in sorted(reasons.items()):
-      yield metrics.count_tag("rejected_" + reason, value)
+    return received, totals, reasons
 
   def _deduped_path(self, source, chunk):
     return join_path(self._output, DEDUPED_DIR, part_name(
@@ -216,7 +224,7 @@ class _WriteFileFn(beam.DoFn):
     if part.rejected:
       _write_lines(join_path(self._output, REJECTED_DIR,
                              part_name(index, chunk, "jsonl")),
-                   [_json_line(r._asdict()) for r in
+                   [_json_line(r.row()) for r in
                     sorted(part.rejected, key=lambda r: r.doc_id)])
 
 
@@ -277,7 +285,7 @@ def _cluster_row(doc_id, info, user_id, source):
       "cluster_size": info.cluster_size,
       "kept": info.kept,
       "source": source.path,
-      "position": (doc_id & ((1 << ROW_BITS) - 1)) + 1,
+      "position": split_doc_id(doc_id)[1] + 1,
       "kept_doc_id": info.kept_doc_id,
       "matched_doc_id": info.matched_doc_id,
       "matched_id": info.matched_id,
@@ -302,8 +310,17 @@ def _write_lines(path: str, lines) -> None:
 
 class WriteStats(beam.PTransform):
   """Sums ``(stat, n)`` counts into ``stats.json`` (sorted keys), adding the
-  run's parameters and derived figures; fails the job if documents in !=
-  kept + removed + rejected."""
+  run's parameters and derived figures
+  (:func:`transforms.stats.finalize_stats`); fails the job if documents in
+  != kept + removed + rejected.
+
+  Args:
+    output: the folder to write ``stats.json`` into.
+    params: the run's parameters, recorded under ``params``.
+
+  Returns:
+    The stats document, once it is written.
+  """
 
   def __init__(self, output: str, params: dict):
     super().__init__()
@@ -316,67 +333,6 @@ class WriteStats(beam.PTransform):
             | "ToDict" >> beam.combiners.ToDict()
             | "Finalize" >> beam.Map(finalize_stats, self._params)
             | "WriteStatsFile" >> beam.Map(_write_stats, self._output))
-
-
-def finalize_stats(counts: dict, params: dict) -> dict:
-  """Stats document from summed counts; see the README for each field."""
-  stats = {name: 0 for name in (
-      "docs_in", "kept", "removed", "rejected", "clusters", "clustered_docs",
-      "candidate_edges", "verified_edges", "docs_empty", "docs_too_short",
-      "docs_signed", "buckets_multi", "verify_removed_edges",
-      "buckets_large", "graph_edges", "chain_docs", "chain_kept",
-      "cc_residual_edges",
-      "cc_residual_nodes")}
-  rejected_by_reason, shuffle_bytes = {}, {}
-  histograms = {metrics.BUCKET_SIZES: {}, metrics.CLUSTER_SIZES: {}}
-  for name, value in counts.items():
-    # Timings vary run to run; stats.json stays byte-identical.
-    if name.startswith("cc_changed_round_") or metrics.is_timing(name):
-      continue
-    histogram, _, log2_bin = name.rpartition("_")
-    if histogram in histograms:
-      histograms[histogram][int(log2_bin)] = value
-    elif name.startswith(metrics.SHUFFLE_PREFIX):
-      shuffle_bytes[name[len(metrics.SHUFFLE_PREFIX):]] = value
-    elif name.startswith("rejected_"):
-      rejected_by_reason[name[len("rejected_"):]] = value
-    else:
-      stats[name] = value
-  rounds = params.get("max_cc_rounds", 0)
-  changes = [counts.get(metrics.round_stat(i), 0) for i in range(1, rounds + 1)]
-  stats["rejected_by_reason"] = rejected_by_reason
-  stats["shuffle_bytes"] = shuffle_bytes
-  for histogram, bins in histograms.items():
-    # Entry k: sizes 2^k .. 2^(k+1)-1.
-    stats[histogram] = [bins.get(k, 0)
-                        for k in range(max(bins, default=-1) + 1)]
-  stats["cc_changes_per_round"] = changes
-  # Rounds that changed something, plus the one that confirmed convergence.
-  busy = [i for i, c in enumerate(changes, 1) if c]
-  stats["cc_rounds_used"] = min(busy[-1] + 1, rounds) if busy else (
-      1 if stats["verified_edges"] else 0)
-  stats["cc_converged"] = not changes or changes[-1] == 0
-  stats["params"] = params
-  accounted = stats["kept"] + stats["removed"] + stats["rejected"]
-  stats["balanced"] = accounted == stats["docs_in"]
-  if not stats["balanced"]:
-    raise RuntimeError(
-        f"Document accounting is off: {stats['docs_in']} in, but kept "
-        f"{stats['kept']} + removed {stats['removed']} + rejected "
-        f"{stats['rejected']} = {accounted}. This is a bug; please report it.")
-  missing = rejected_by_reason.get("missing_text_field", 0)
-  if missing and missing == stats["docs_in"]:
-    # Then the text field's name is wrong: fail before the outputs are
-    # finalized rather than succeed with an empty deduped/.
-    raise NoTextFieldError(
-        f"All {missing} records lack the text field: check --text_field "
-        "(the rejected/ rows of this run, left under _temporary/, show the "
-        "fields there are).")
-  return stats
-
-
-class NoTextFieldError(ValueError):
-  """No record of the run holds the configured text field."""
 
 
 def _write_stats(stats: dict, output: str) -> dict:

@@ -250,16 +250,30 @@ def text_units(data, starts, ends, lower, props, word, lowercase,
                unit_offsets, long_tokens):
   """Normalises, splits and hashes the units of every document.
 
-  ``data[starts[i]:ends[i]]`` is document i as UTF-8, already NFKC-normal,
-  whose code points are all ``KNOWN`` in ``props`` (see
-  :func:`scan_codepoints`). Each code point is lowercased through ``lower``,
-  digit-folded and classified exactly as ``text.normalize_texts`` does, so a
-  unit is a maximal run of non-separators. Units (xxh3 word hashes, or
-  fmix64 code point hashes with one space between runs) go to
-  ``units[unit_offsets[i]:unit_offsets[i+1]]``. Word bytes are written to
-  ``norm``; a word longer than ``XXH3_MAX_LEN`` bytes gets a placeholder and
-  its (unit index, start, end) in ``norm`` goes to ``long_tokens``. Returns
-  the number of long words.
+  Each code point is lowercased through ``lower``, digit-folded and
+  classified exactly as ``reference_text.normalize_texts`` does, so a unit
+  is a maximal run of non-separators.
+
+  Args:
+    data: uint8, the documents' UTF-8 bytes, already NFKC-normal, whose code
+      points are all ``KNOWN`` in ``props`` (see :func:`scan_codepoints`).
+    starts, ends: int64[n], document i is ``data[starts[i]:ends[i]]``.
+    lower: the lowercase mapping table of the known code points.
+    props: the code point property table (:func:`scan_codepoints`).
+    word: True for word units, False for character units.
+    lowercase, strip_punctuation, fold_digits: the normalisation steps.
+    seed: uint64, keys the unit hashes.
+    norm: uint8 output, receives the normalised word bytes.
+    units: uint64 output, the unit hashes (xxh3 of a word, or fmix64 of a
+      code point with one space between runs), document i's at
+      ``units[unit_offsets[i]:unit_offsets[i+1]]``.
+    unit_offsets: int64[n + 1] output, the documents' offsets into ``units``.
+    long_tokens: int64 ``(m, 3)`` output: (unit index, start, end) in
+      ``norm`` of each word longer than ``XXH3_MAX_LEN`` bytes, whose unit
+      holds a placeholder until the caller hashes it.
+
+  Returns:
+    The number of long words written to ``long_tokens``.
   """
   space = _fmix64(_U64(32) + seed)
   # ASCII bytes map through a 128-entry table (0: separator; NUL always is).

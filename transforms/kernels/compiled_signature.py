@@ -31,14 +31,31 @@ def signature_batch(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
                     lowercase: bool = True, strip_punctuation: bool = True,
                     fold_digits: bool = False, sketch: str = "classic"
                     ) -> Tuple[np.ndarray, np.ndarray]:
-  """Signatures of a batch of raw texts.
+  """Signatures of a batch of raw texts (normalise, shingle and sketch in
+  one compiled pass; the same values as the reference path of
+  :mod:`~transforms.kernels.reference_text` and
+  :mod:`~transforms.kernels.minhash`).
 
-  Returns ``(signatures, unit_counts)``: uint32 ``(n_docs, K)`` with
-  ``K = len(a)`` and the number of units (words or characters) of each
-  normalised document. ``sketch`` is ``"classic"`` (K-permutation MinHash
-  with ``(a, b)``) or ``"oph"`` (one-permutation hashing keyed by ``seed``;
-  ``a`` and ``b`` only give K). A document with no units has no shingles;
-  its row is all ``0xFFFFFFFF`` and must not be used.
+  Args:
+    texts: the raw documents (None counts as empty).
+    unit: ``"word"`` or ``"char"``: what a shingle is made of.
+    ngram: units per shingle (a shorter document yields one shingle).
+    seed: the config's seed; keys the unit and shingle hashes (and OPH).
+    a, b: the K permutations' coefficients (:func:`minhash.permutations`).
+    nfkc, lowercase, strip_punctuation, fold_digits: the normalisation
+      steps (:func:`transforms.sign.normalize_options` of a config).
+    sketch: ``"classic"`` (K-permutation MinHash with ``(a, b)``) or
+      ``"oph"`` (one-permutation hashing keyed by ``seed``; ``a`` and ``b``
+      only give K).
+
+  Returns:
+    ``(signatures, unit_counts)``: uint32 ``(n_docs, K)`` with ``K =
+    len(a)``, and the number of units of each normalised document. A
+    document with no units has no shingles; its row is all ``0xFFFFFFFF``
+    and must not be used.
+
+  Raises:
+    ValueError: an unknown ``unit`` or ``sketch``.
   """
   if unit not in ("word", "char"):
     raise ValueError(f"unknown shingle unit {unit!r}")

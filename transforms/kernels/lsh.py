@@ -276,6 +276,23 @@ def split_by_shard(shards: np.ndarray, *arrays: np.ndarray):
     yield int(shards[lo]), [a[lo:hi] for a in arrays]
 
 
+def concat_arrays(parts):
+  """Tuples of arrays (one tuple per batch) → one tuple of the concatenated
+  columns: the inverse of :func:`split_by_shard` once its batches met.
+
+  >>> concat_arrays([(np.array([1]), np.array([2])),
+  ...                (np.array([3, 4]), np.array([5, 6]))])
+  (array([1, 3, 4]), array([2, 5, 6]))
+  """
+  columns = None
+  for part in parts:
+    if columns is None:
+      columns = [[] for _ in part]
+    for column, array in zip(columns, part):
+      column.append(array)
+  return tuple(np.concatenate(column) for column in columns)
+
+
 def distinct_edges(src: np.ndarray, dst: np.ndarray
                    ) -> Tuple[np.ndarray, np.ndarray]:
   """The distinct (src, dst) pairs, sorted by src then dst."""

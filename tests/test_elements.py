@@ -1,0 +1,82 @@
+"""The named elements between the batch stages and their coders: exact round
+trips, and no hot-path PCollection left to Beam's pickling fallback."""
+
+import apache_beam as beam
+import numpy as np
+import pytest
+
+from pipeline import job
+from transforms import elements
+from transforms.config import DedupConfig
+
+
+@pytest.mark.parametrize("coder", elements.CODERS)
+def test_coders_round_trip_exactly_into_writable_arrays(coder):
+  rng = np.random.default_rng(3)
+  columns = [rng.integers(0, 2**62, 5).astype(np.uint64),
+             np.arange(5, dtype=np.int64), rng.random(5)]
+  if coder.TYPE is elements.SignatureBatch:
+    columns = [columns[1], rng.integers(0, 2**32, (5, 7)).astype(np.uint32)]
+  value = coder.TYPE(*columns[:len(coder.TYPE._fields)])
+  encoded = coder().encode(value)
+  decoded = coder().decode(encoded)
+  assert type(decoded) is coder.TYPE and coder().is_deterministic()
+  for got, want in zip(decoded, value):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want) and got.flags.writeable
+  assert coder().encode(decoded) == encoded
+  empty = coder.TYPE(*(c[:0] for c in value))
+  assert [len(c) for c in coder().decode(coder().encode(empty))] == [0] * len(
+      value)
+
+
+def test_a_coder_refuses_object_arrays_and_trailing_bytes():
+  coder = elements.EdgeBatchCoder()
+  with pytest.raises(TypeError, match="numeric arrays"):
+    coder.encode(elements.EdgeBatch(np.array(["a"], dtype=object),
+                                    np.array([1])))
+  encoded = coder.encode(elements.EdgeBatch(np.array([1]), np.array([2])))
+  with pytest.raises(ValueError, match="left over"):
+    coder.decode(encoded + b"x")
+
+
+# The main outputs of the stages that carry every document or candidate.
+HOT = ("NearDedup/ComputeSignatures/SignatureBatches/Apply",
+       "NearDedup/BandKey/ComputeBandKeys",
+       "NearDedup/FindCandidates/GroupByShard",
+       "NearDedup/FindCandidates/CollideInShard",
+       "NearDedup/FindCandidates/GroupEdges",
+       "NearDedup/FindCandidates/DistinctEdges",
+       "NearDedup/VerifyExact/CompareShingleSets/Compare",
+       "NearDedup/VerifyEdges/CompareSignatures/Compare",
+       "NearDedup/KeepAllCandidates/SpanningForest")
+
+
+@pytest.mark.parametrize("verify", ["exact", "signature", "none"])
+def test_hot_path_elements_get_their_deterministic_coders(verify):
+  p = beam.Pipeline(runner="FnApiRunner")
+  job.build(p, ["in/*.jsonl"], "out", DedupConfig(verify=verify),
+            run_id="coders")
+  coders = {}
+
+  class Visitor(beam.pipeline.PipelineVisitor):
+
+    def visit_transform(self, node):
+      # A ParDo is the primitive inside its labelled step.
+      label = node.full_label.rsplit("/ParDo(", 1)[0]
+      if label in HOT:
+        coders[label] = beam.coders.registry.get_coder(
+            node.outputs[None].element_type)
+
+  p.visit(Visitor())
+  assert len(coders) == 7
+  for label, coder in coders.items():
+    assert coder.is_deterministic(), (label, coder)
+    assert any(isinstance(c, elements.ArraysCoder)
+               for c in _components(coder)), (label, coder)
+
+
+def _components(coder):
+  yield coder
+  for c in coder._get_component_coders():
+    yield from _components(c)

@@ -1,0 +1,139 @@
+"""The elements that cross the batch graph's stages, as named types with
+deterministic coders (registered with Beam's coder registry on import).
+
+Each is a NamedTuple of numeric numpy arrays of one length, so consumers may
+also unpack it as a plain tuple. Keyed by a shard they travel as
+``Tuple[int, <type>]``:
+
+* :class:`SignatureBatch` from Sign (:mod:`transforms.sign`),
+* ``(band-key shard, KeyShard)`` from Band (:mod:`transforms.band`),
+* ``(edge shard, EdgeBatch)`` from Collide (:mod:`transforms.collide`), and
+  the ``(doc, other)`` pairs that Explain measures,
+* ``(edge shard, VerifiedEdges)`` from Verify (:mod:`transforms.verify`).
+
+The coder writes, per field, the array's dtype, shape and raw bytes: no
+pickling, the same bytes for equal arrays (so it is deterministic), and a
+decoded array that is writable and owns its memory.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import apache_beam as beam
+import numpy as np
+
+_HEADER = struct.Struct("<HB")  # dtype string length, ndim
+_DIM = struct.Struct("<q")
+
+
+class SignatureBatch(NamedTuple):
+  """Documents' signatures: ``ids`` int64[n], ``sigs`` uint32[n, K]."""
+  ids: np.ndarray
+  sigs: np.ndarray
+
+
+class KeyShard(NamedTuple):
+  """One batch's band keys of one shard: ``keys`` uint64[m] (one per
+  document and band), the documents' ``ids`` int64[m] and the ``digests``
+  uint64[m] of their whole signatures."""
+  keys: np.ndarray
+  ids: np.ndarray
+  digests: np.ndarray
+
+
+class EdgeBatch(NamedTuple):
+  """Edges (document pairs) ``src`` int64[m] → ``dst`` int64[m]."""
+  src: np.ndarray
+  dst: np.ndarray
+
+
+class VerifiedEdges(NamedTuple):
+  """Edges that passed verification with their ``similarity`` float64[m]
+  (NaN when not measured)."""
+  src: np.ndarray
+  dst: np.ndarray
+  similarity: np.ndarray
+
+
+class ArraysCoder(beam.coders.Coder):
+  """Deterministic coder of the NamedTuple ``TYPE``, whose fields are
+  numeric arrays.
+
+  >>> coder = EdgeBatchCoder()
+  >>> batch = EdgeBatch(np.array([1, 2]), np.array([3, 4]))
+  >>> decoded = coder.decode(coder.encode(batch))
+  >>> type(decoded).__name__, decoded.src.tolist(), decoded.dst.tolist()
+  ('EdgeBatch', [1, 2], [3, 4])
+  """
+
+  TYPE = None
+
+  def encode(self, value) -> bytes:
+    parts = []
+    for array in value:
+      array = np.ascontiguousarray(array)
+      if array.dtype.hasobject:
+        raise TypeError(f"{self.TYPE.__name__} holds numeric arrays, got "
+                        f"dtype {array.dtype}")
+      dtype = array.dtype.str.encode("ascii")
+      parts.append(_HEADER.pack(len(dtype), array.ndim))
+      parts.append(dtype)
+      parts.extend(_DIM.pack(n) for n in array.shape)
+      parts.append(array.data if array.size else b"")
+    return b"".join(parts)
+
+  def decode(self, encoded: bytes):
+    fields, at = [], 0
+    view = memoryview(encoded)
+    for _ in self.TYPE._fields:
+      dtype_len, ndim = _HEADER.unpack_from(view, at)
+      at += _HEADER.size
+      dtype = np.dtype(bytes(view[at:at + dtype_len]).decode("ascii"))
+      at += dtype_len
+      shape = tuple(_DIM.unpack_from(view, at + i * _DIM.size)[0]
+                    for i in range(ndim))
+      at += ndim * _DIM.size
+      count = int(np.prod(shape, dtype=np.int64))
+      fields.append(np.frombuffer(view, dtype=dtype, count=count,
+                                  offset=at).reshape(shape).copy())
+      at += count * dtype.itemsize
+    if at != len(encoded):
+      raise ValueError(f"{self.TYPE.__name__}: {len(encoded) - at} bytes "
+                       "left over after decoding")
+    return self.TYPE(*fields)
+
+  def is_deterministic(self) -> bool:
+    return True
+
+  def to_type_hint(self):
+    return self.TYPE
+
+  def __eq__(self, other):
+    return type(self) is type(other)
+
+  def __hash__(self):
+    return hash(type(self))
+
+
+class SignatureBatchCoder(ArraysCoder):
+  TYPE = SignatureBatch
+
+
+class KeyShardCoder(ArraysCoder):
+  TYPE = KeyShard
+
+
+class EdgeBatchCoder(ArraysCoder):
+  TYPE = EdgeBatch
+
+
+class VerifiedEdgesCoder(ArraysCoder):
+  TYPE = VerifiedEdges
+
+
+CODERS = (SignatureBatchCoder, KeyShardCoder, EdgeBatchCoder,
+          VerifiedEdgesCoder)
+for _coder in CODERS:
+  beam.coders.registry.register_coder(_coder.TYPE, _coder)
