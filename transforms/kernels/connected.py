@@ -54,19 +54,22 @@ def oriented_unique(a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
+def _find(parent, x):
+  """Root of x, halving the path on the way (a union-find step)."""
+  while parent[x] != x:
+    parent[x] = parent[parent[x]]
+    x = parent[x]
+  return x
+
+
+@numba.njit(cache=True, nogil=True)
 def _min_roots(a, b, n):
   """Root index of each of n dense indices after uniting a[i] with b[i];
   the root of a component is its smallest index."""
   parent = np.arange(n)
   for i in range(len(a)):
-    x = a[i]
-    while parent[x] != x:
-      parent[x] = parent[parent[x]]
-      x = parent[x]
-    y = b[i]
-    while parent[y] != y:
-      parent[y] = parent[parent[y]]
-      y = parent[y]
+    x = _find(parent, a[i])
+    y = _find(parent, b[i])
     if x < y:
       parent[y] = x
     elif y < x:
@@ -283,14 +286,8 @@ def _kruskal(a, b, n):
   parent = np.arange(n)
   keep = np.zeros(len(a), dtype=np.bool_)
   for i in range(len(a)):
-    x = a[i]
-    while parent[x] != x:
-      parent[x] = parent[parent[x]]
-      x = parent[x]
-    y = b[i]
-    while parent[y] != y:
-      parent[y] = parent[parent[y]]
-      y = parent[y]
+    x = _find(parent, a[i])
+    y = _find(parent, b[i])
     if x != y:
       parent[max(x, y)] = min(x, y)
       keep[i] = True
