@@ -168,3 +168,18 @@ def test_stream_config_validates_and_parses_durations():
     StreamConfig(dedup, max_pending=0)
   config = StreamConfig(dedup)
   assert config.retention_ms == 7 * 86_400_000 + 3_600_000
+
+
+def test_rejected_messages_keep_the_reason_and_its_detail():
+  """The streaming reader's rejections read like the batch ``rejected/``
+  rows: the reason code and what exactly was wrong."""
+  # pylint: disable=import-outside-toplevel,protected-access
+  from transforms.read import parse_record
+  from transforms.stream.messages import RawRecord, _ParseFn
+  fn = _ParseFn("jsonl", "text", "id", None)
+  fn.setup()
+  for data in (b'{"text": ', b'{"id": 1}'):
+    [out] = list(fn.process(RawRecord("topic", 0, "m1", data)))
+    batch = parse_record(data, "jsonl", "topic", 0, "text", "id")
+    assert out.value.reason == batch.message
+    assert out.value.reason.startswith(batch.reason + ": ") and batch.detail

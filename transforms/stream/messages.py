@@ -69,7 +69,7 @@ class _ParseFn(beam.DoFn):
     parsed = parse_record(record.data, self._format, record.source,
                           record.row, self._text_field, self._id_field)
     if isinstance(parsed, Rejected):
-      yield self._reject(parsed.source, parsed.reason, parsed.excerpt)
+      yield self._reject(parsed.source, parsed.message, parsed.excerpt)
       return
     doc_id = _stable_id(parsed.user_id, record.fallback_id)
     doc = StreamDocument(doc_id, parsed.text, record.data)
