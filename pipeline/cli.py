@@ -14,10 +14,10 @@ from typing import List, Optional, Union
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.runners.runner import PipelineState
 from apache_beam.options.pipeline_options import (PipelineOptions,
                                                   PrismRunnerOptions,
                                                   StandardOptions)
+from apache_beam.runners.runner import PipelineState
 
 from pipeline import engines, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,

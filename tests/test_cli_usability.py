@@ -133,7 +133,7 @@ def test_quantities_are_singular_for_one():
 
 def test_every_meter_stage_has_a_registered_unit():
   with pytest.raises(ValueError, match="PROGRESS_UNITS"):
-    metrics.StageMeter("new_stage", "things")
+    metrics.StageMeter("new_stage")
 
   class Unregistered(metrics.MeteredDoFn):
     STAGE = "new_stage"

@@ -160,39 +160,43 @@ class _BatchEdgesFn(beam.DoFn):
           _keyed(shard, sa, sb))
 
 
+class _StarFn(_MeteredFn):
+  """One star step of round ``index``; counts what it re-pointed."""
+
+  def _emit(self, star, both: bool):
+    """Counts the step's work and routes its (child, parent) edges: to the
+    child's shard only, or (``both``) to the shards of both ends."""
+    self.meter.done(star.incidences)
+    self._counts.add(_SHUFFLED, 16 * star.incidences)
+    self._counts.add(metrics.round_stat(self._index), star.changed)
+    for out in connected.route(star.child, star.parent, self._shards,
+                               both=both):
+      yield _keyed(*out)
+
+
 @beam.typehints.with_output_types(_Keyed)
-class _LargeStarFn(_MeteredFn):
+class _LargeStarFn(_StarFn):
 
   def process(self, element):
     shard, batches = element
     with self.meter.timed():
       a, b = self._gather(batches)
       star = connected.large_star(a, b, shard, self._shards)
-    self.meter.done(star.incidences)
-    self._counts.add(_SHUFFLED, 16 * star.incidences)
-    self._counts.add(metrics.round_stat(self._index), star.changed)
     # Small-star needs all the edges of each child in one place.
-    for out in connected.route(star.child, star.parent, self._shards,
-                               both=False):
-      yield _keyed(*out)
+    yield from self._emit(star, both=False)
 
 
 @beam.typehints.with_output_types(_Keyed)
-class _SmallStarFn(_MeteredFn):
+class _SmallStarFn(_StarFn):
 
   def process(self, element):
     _, batches = element
     with self.meter.timed():
       a, b = self._gather(batches)
       star = connected.small_star(a, b)
-    self.meter.done(star.incidences)
-    self._counts.add(_SHUFFLED, 16 * star.incidences)
-    self._counts.add(metrics.round_stat(self._index), star.changed)
     # The next step (a large star or the classification) needs every edge
     # touching a node at the node's shard.
-    for out in connected.route(star.child, star.parent, self._shards,
-                               both=True):
-      yield _keyed(*out)
+    yield from self._emit(star, both=True)
 
 
 class _Resolve(beam.PTransform):

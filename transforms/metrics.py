@@ -99,8 +99,7 @@ class StageMeter:
   """Instruments one heavy DoFn; build it in ``setup()`` (or derive the DoFn
   from :class:`MeteredDoFn`, which does).
 
-  ``with meter.timed():`` (or ``start()`` … ``stop()``) adds the elapsed time
-  of the work inside; keep yields outside, as fused downstream steps run
+  ``with meter.timed():`` adds the elapsed time of the work inside; keep yields outside, as fused downstream steps run
   inside a yield.
   ``done(n)`` adds n units to the ``<stage>_<unit>`` counter and to the
   process's progress log (passed on at most once a second and at the end of
@@ -109,32 +108,25 @@ class StageMeter:
   windowed tagged output; the fraction carries over to the next bundle).
   """
 
-  def __init__(self, stage: str, unit: str):
-    if PROGRESS_UNITS.get(stage) != unit:
-      raise ValueError(f"stage {stage!r}: add it with unit {unit!r} to "
+  def __init__(self, stage: str):
+    if stage not in PROGRESS_UNITS:
+      raise ValueError(f"stage {stage!r}: add it with its unit to "
                        "metrics.PROGRESS_UNITS")
     self._stage = stage
-    self._unit = unit
+    self._unit = PROGRESS_UNITS[stage]
     self._progress = counter(progress_counter(stage))
     self._seconds = 0.0
-    self._start = 0.0
     self._pending = 0
     self._reported = None
-
-  def start(self) -> None:
-    self._start = time.perf_counter()
-
-  def stop(self) -> None:
-    self._seconds += time.perf_counter() - self._start
 
   @contextlib.contextmanager
   def timed(self):
     """Times the block (also when it raises)."""
-    self.start()
+    start = time.perf_counter()
     try:
       yield
     finally:
-      self.stop()
+      self._seconds += time.perf_counter() - start
 
   def done(self, n: int) -> None:
     self._pending += n
@@ -175,7 +167,7 @@ class MeteredDoFn(beam.DoFn):
     if self.STAGE not in PROGRESS_UNITS:
       raise ValueError(f"{type(self).__name__}.STAGE {self.STAGE!r}: add it "
                        "with its unit to metrics.PROGRESS_UNITS")
-    self.meter = StageMeter(self.STAGE, PROGRESS_UNITS[self.STAGE])
+    self.meter = StageMeter(self.STAGE)
 
   def finish_bundle(self):
     return self.meter.flush()

@@ -121,16 +121,19 @@ class Sign(beam.PTransform):
         _SignFn(self._config)).with_output_types(Signed)
 
 
-class _SignFn(beam.DoFn):
+class _SignFn(metrics.MeteredDoFn):
+
+  STAGE = "stream_signatures"
 
   def __init__(self, config: StreamConfig):
+    super().__init__()
     self._config = config.dedup
 
   def setup(self):
+    super().setup()
     c = self._config
     self._a, self._b = minhash_kernels.permutations(c.num_perm, c.seed)
     self._docs_in = metrics.counter(metrics.STREAM_DOCS_IN)
-    self._meter = metrics.StageMeter("stream_signatures", "documents")
 
   def start_bundle(self):
     self._pending = []
@@ -143,7 +146,7 @@ class _SignFn(beam.DoFn):
 
   def finish_bundle(self):
     yield from self._flush()
-    yield from self._meter.flush()
+    yield from super().finish_bundle()
 
   def _flush(self):
     pending, self._pending = self._pending, []
@@ -151,17 +154,16 @@ class _SignFn(beam.DoFn):
       return
     c = self._config
     texts = [doc.text for doc, _, _ in pending]
-    self._meter.start()
-    sigs, unit_counts = signature_kernels.signature_batch(
-        texts, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
-        b=self._b, sketch=c.sketch, **normalize_options(c))
-    keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed)
-    if c.verify == "exact":
-      flat, offsets = signature_kernels.shingle_sets(
-          texts, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed,
-          **normalize_options(c))
-    self._meter.stop()
-    self._meter.done(len(pending))
+    with self.meter.timed():
+      sigs, unit_counts = signature_kernels.signature_batch(
+          texts, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed, a=self._a,
+          b=self._b, sketch=c.sketch, **normalize_options(c))
+      keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed)
+      if c.verify == "exact":
+        flat, offsets = signature_kernels.shingle_sets(
+            texts, unit=c.shingle_unit, ngram=c.ngram, seed=c.seed,
+            **normalize_options(c))
+    self.meter.done(len(pending))
     self._docs_in.inc(len(pending))
     for i, (doc, timestamp, window) in enumerate(pending):
       units = int(unit_counts[i])
