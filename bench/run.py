@@ -58,6 +58,8 @@ SIG_CORPORA = (("sig_seed", "seed-style"), ("sig_web", "web-like"))
 E2E_CORPORA = (("e2e_seed", "seed-style"), ("e2e_web", "web-like"))
 PEERS = ("rensa", "rensa-matrix", "datasketch", "seed-numpy", "py-shingles")
 E2E_PEERS = ("rensa", "datasketch", "seed-numpy")
+# Peers also run on the scale corpus (issue 12 compares at 1M documents).
+SCALE_PEERS = ("rensa",)
 SIZES = {
     "quick": {"sig_seed": 5000, "sig_web": 2000, "e2e_seed": 20_000,
               "e2e_web": 0, "scale": 0, "runners_tiny": 20},
@@ -69,6 +71,9 @@ SIZES = {
 LOCAL_RUNNERS = ("FnApiRunner", "PrismRunner")
 TARGET_E2E_DOCS = 100_000
 TARGET_SCALE_DOCS = 1_000_000
+# Shuffle bytes per document at 100k seed-style when issue 12 was filed: the
+# restructuring must not raise it.
+ISSUE_12_SHUFFLE_B_PER_DOC = 1_070
 
 
 def bands_rows(threshold: float, num_perm: int) -> dict:
@@ -361,6 +366,51 @@ def evaluate_targets(sig, e2e, scale, sizes) -> List[dict]:
   return targets
 
 
+def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes
+                      ) -> List[dict]:
+  """The targets of issue 12: the fixed cost of a tiny run, ours against
+  rensa at 100k and 1M documents (wall and peak RSS), the growth from 100k
+  to 1M, and the shuffle volume per document."""
+  targets = []
+
+  def add(tid, text, measured, ok, note=""):
+    targets.append({"id": tid, "target": text, "measured": measured,
+                    "status": "SKIP" if ok is None else
+                    "PASS" if ok else "FAIL", "note": note})
+
+  tiny = _find(runner_rows, runner=DEFAULT_RUNNER, docs=sizes["runners_tiny"])
+  add("12.1", f"a {sizes['runners_tiny']:,}-document run <= 3 s wall"
+      f" ({DEFAULT_RUNNER})", tiny and round(tiny["seconds"], 2),
+      tiny and tiny["seconds"] <= 3.0, "" if tiny else "not measured")
+  n = sizes["e2e_seed"]
+  ours = _find(e2e, corpus="seed-style", system="ours", docs=n)
+  rensa = _find(e2e, corpus="seed-style", system="rensa", docs=n)
+  r = ours["seconds"] / rensa["seconds"] if ours and rensa else None
+  add("12.2", f"{n:,} seed-style docs: ours wall <= 1.5x rensa's",
+      r and round(r, 2), r and r <= 1.5, "" if r else "not measured")
+  big = scale if scale and "seconds" in scale else None
+  peer = _find(scale_peers, system="rensa")
+  if big and peer:
+    wall = big["seconds"] / peer["seconds"]
+    rss = big["peak_rss_mb"] / peer["peak_rss_mb"]
+    add("12.3a", f"{big['docs']:,} docs: ours wall <= 0.7x rensa's and"
+        " peak RSS <= 0.5x", {"wall": round(wall, 2), "rss": round(rss, 2)},
+        wall <= 0.7 and rss <= 0.5)
+  else:
+    add("12.3a", "1M docs: ours wall <= 0.7x rensa's and peak RSS <= 0.5x",
+        None, None, "needs --scale and rensa in --scale-peers")
+  growth = big["seconds"] / ours["seconds"] if big and ours else None
+  add("12.3b", "time(scale)/time(e2e-seed) <= 10",
+      growth and round(growth, 2), growth and growth <= 10,
+      "" if growth else "needs --scale")
+  per_doc = ours.get("shuffle_bytes_per_doc") if ours else None
+  add("12.5", f"shuffle bytes/doc at {n:,} <= {ISSUE_12_SHUFFLE_B_PER_DOC:,}"
+      " (when issue 12 was filed)", per_doc and round(per_doc),
+      per_doc and per_doc <= ISSUE_12_SHUFFLE_B_PER_DOC,
+      "" if per_doc else "not measured")
+  return targets
+
+
 def _fmt(x, digits=2):
   if x is None:
     return "-"
@@ -380,7 +430,9 @@ def markdown(results: dict) -> str:
            f" {', '.join(f'{x:.2f}' for x in m['load_avg_end'])}."
            f" Python {m['python']}, rensa {m['versions']['rensa']},"
            f" datasketch {m['versions']['datasketch']}, numpy"
-           f" {m['versions']['numpy']}, numba {m['versions']['numba']}.", ""]
+           f" {m['versions']['numpy']}, numba {m['versions']['numba']}."
+           f" Ours runs on {DEFAULT_RUNNER} with one in-process SDK worker"
+           " (the CLI's default).", ""]
   for name, p in results["params"].items():
     lines.append(f"- {name}: word {p['ngram']}-grams, K={p['num_perm']},"
                  f" {p['bands']} bands x {p['rows']} rows ({p['chosen_by']}),"
@@ -412,8 +464,9 @@ def markdown(results: dict) -> str:
             " shuffle B/doc |",
             "|---|---|---|---|---|---|---|---|---|---|"]
   er = results["ratios"]["end_to_end_wall_ours_over_peer"]
-  for r in results["end_to_end"] + ([results["scale"]] if results["scale"]
-                                    else []):
+  for r in (results["end_to_end"]
+            + ([results["scale"]] if results["scale"] else [])
+            + results.get("scale_peers", [])):
     c = r.get("corpus", "?")
     if "error" in r:
       lines.append(f"| {c} | {r['system']} | {_fmt(r['docs'])} | error | | |"
@@ -451,7 +504,7 @@ def markdown(results: dict) -> str:
       lines.append(f"| {r['runner']} | {_fmt(r['docs'])} |"
                    f" {_fmt(r['seconds'])} |"
                    f" {_fmt(r.get('tree_peak_rss_mb'), 0)} | {_fmt(ratio)} |")
-  lines += ["", "Targets (issue 3):", ""]
+  lines += ["", "Targets (issues 3 and 12):", ""]
   for t in results["targets"]:
     note = f" — {t['note']}" if t["note"] else ""
     lines.append(f"- {t['status']} {t['id']}: {t['target']}: measured"
@@ -482,6 +535,9 @@ def parse_args(argv):
                       help="local runners to compare end to end (ours),"
                       " comma-separated; PrismRunner needs"
                       " scripts/install_prism.sh")
+  parser.add_argument("--scale-peers", default=",".join(SCALE_PEERS),
+                      help="peers also run on the --scale corpus,"
+                      " comma-separated (empty: none)")
   parser.add_argument("--seed", type=int, default=42,
                       help="seed of the corpora and of every hash function")
   parser.add_argument("--out", default=None,
@@ -524,7 +580,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     corpus_dirs[key])
     return corpus_dirs[key]
 
-  sig_rows, e2e_rows, scale = [], [], None
+  sig_rows, e2e_rows, scale, scale_peers = [], [], None, []
   try:
     for key, name in SIG_CORPORA:
       for system in ([f"ours-{s}" for s in sketches] + list(PEERS)
@@ -552,6 +608,10 @@ def main(argv: Optional[List[str]] = None) -> int:
               "params": results["params"]["seed-style"]}
       scale = dict(runner.pipeline(spec, os.path.join(workdir, "scale-out")),
                    corpus="seed-style")
+      for system in (p.strip() for p in args.scale_peers.split(",")):
+        if system:
+          scale_peers.append(dict(runner.measure(dict(spec, system=system)),
+                                  corpus="seed-style"))
     runner_rows = compare_runners(runner, args.runners, sizes, e2e_rows,
                                   scale, corpus, results["params"], workdir)
   finally:
@@ -561,9 +621,13 @@ def main(argv: Optional[List[str]] = None) -> int:
   results["signatures"] = sig_rows
   results["end_to_end"] = e2e_rows
   results["scale"] = scale
+  results["scale_peers"] = scale_peers
   results["runners"] = runner_rows
-  results["ratios"] = ratios(sig_rows, e2e_rows)
-  results["targets"] = evaluate_targets(sig_rows, e2e_rows, scale, sizes)
+  results["ratios"] = ratios(sig_rows, e2e_rows + ([scale] if scale else [])
+                             + scale_peers)
+  results["targets"] = (
+      evaluate_targets(sig_rows, e2e_rows, scale, sizes)
+      + evaluate_issue_12(e2e_rows, scale, scale_peers, runner_rows, sizes))
   results["machine"]["load_avg_end"] = os.getloadavg()
   out = args.out or os.path.join(ROOT, "bench", "results",
                                  now.strftime("%Y-%m-%d") + ".json")

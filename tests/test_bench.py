@@ -120,13 +120,38 @@ def test_harness_end_to_end_finds_the_planted_duplicates(tiny_results):
 
 def test_harness_evaluates_every_target(tiny_results):
   status = {t["id"]: t["status"] for t in tiny_results["targets"]}
-  assert set(status) == {"1a", "1b", "2", "3a", "3b", "4"}
-  for tid in ("1a", "1b", "2", "3a", "3b"):
+  assert set(status) == {"1a", "1b", "2", "3a", "3b", "4", "12.1", "12.2",
+                         "12.3a", "12.3b", "12.5"}
+  for tid in ("1a", "1b", "2", "3a", "3b", "12.1", "12.2", "12.5"):
     assert status[tid] in ("PASS", "FAIL"), tid
-  assert status["4"] == "SKIP"
+  for tid in ("4", "12.3a", "12.3b"):  # no --scale run
+    assert status[tid] == "SKIP", tid
   report = run.markdown(tiny_results)
   for system in OURS + PEERS:
     assert f"| {system} |" in report
+
+
+def test_issue_12_targets_compare_with_rensa_at_both_sizes():
+  def row(system, docs, seconds, rss=100.0, **extra):
+    return dict(system=system, docs=docs, seconds=seconds, peak_rss_mb=rss,
+                corpus="seed-style", **extra)
+  sizes = {"runners_tiny": 20, "e2e_seed": 100_000}
+  e2e = [row("ours", 100_000, 14.0, shuffle_bytes_per_doc=1_071.0),
+         row("rensa", 100_000, 10.0)]
+  tiny = [dict(row("ours", 20, 2.5), runner=run.DEFAULT_RUNNER)]
+  scale = row("ours", 1_000_000, 69.0, rss=3_000.0)
+  peers = [row("rensa", 1_000_000, 100.0, rss=8_000.0)]
+  got = {t["id"]: (t["status"], t["measured"])
+         for t in run.evaluate_issue_12(e2e, scale, peers, tiny, sizes)}
+  assert got["12.1"] == ("PASS", 2.5)
+  assert got["12.2"] == ("PASS", 1.4)
+  assert got["12.3a"] == ("PASS", {"wall": 0.69, "rss": 0.38})
+  assert got["12.3b"] == ("PASS", 4.93)
+  assert got["12.5"] == ("FAIL", 1_071)
+  peers[0]["peak_rss_mb"] = 5_000.0  # ours 0.6x: over the 0.5x bound
+  got = {t["id"]: t["status"]
+         for t in run.evaluate_issue_12(e2e, scale, peers, tiny, sizes)}
+  assert got["12.3a"] == "FAIL"
 
 
 def test_measurement_child_is_pinned_and_reports_its_rss(tmp_path):
