@@ -13,6 +13,7 @@ import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
+from transforms.join import JoinByKey
 from transforms.kernels import connected
 
 _SHUFFLED = metrics.SHUFFLE_PREFIX + "connected_components"
@@ -217,7 +218,10 @@ class _Resolve(beam.PTransform):
     classified = (edges
                   | "GroupByNode" >> beam.GroupByKey()
                   | "Classify" >> beam.ParDo(_ClassifyFn(
-                      self._shards)).with_outputs(
+                      self._shards)).with_output_types(
+                          _Keyed, residual=_Keyed,
+                          **{_UNSETTLED: _Keyed, metrics.COUNTS: metrics.Count})
+                  .with_outputs(
                           "residual", _UNSETTLED, metrics.COUNTS,
                           main=_LEAVES))
     uf = (classified.residual
@@ -227,7 +231,7 @@ class _Resolve(beam.PTransform):
                   metrics.COUNTS, main="labels"))
     labels = ({_LEAVES: classified[_LEAVES],
                _UNSETTLED: classified[_UNSETTLED], _UF: uf.labels}
-              | "JoinByShard" >> beam.CoGroupByKey()
+              | "JoinByShard" >> JoinByKey()
               | "Label" >> beam.FlatMap(_final_labels))
     counts = ((classified[metrics.COUNTS], uf[metrics.COUNTS])
               | "FlattenCounts" >> beam.Flatten())

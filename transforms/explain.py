@@ -14,8 +14,10 @@ import numpy as np
 from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.elements import EdgeBatch
+from transforms.join import JoinByKey
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
+from transforms.select import ClusterInfo, Clustered
 from transforms.verify import (MAX_TEXT_BATCH, exact_overlaps, serve_texts,
                                sorted_values)
 
@@ -47,8 +49,9 @@ class ExplainClusters(beam.PTransform):
     chosen = ({"info": inputs["clusters"],
                "edge": inputs["edges"] | "EdgeEnds" >> beam.FlatMap(
                    _edge_ends)}
-              | "JoinNeighbours" >> beam.CoGroupByKey()
+              | "JoinNeighbours" >> JoinByKey()
               | "ChooseMatched" >> beam.ParDo(_ChooseMatchedFn())
+              .with_output_types(Clustered, **{_ASKED: _Asked})
               .with_outputs(_ASKED, main="kept"))
     pairs = (chosen[_ASKED]
              | "PairsToCompare" >> beam.FlatMap(_pairs_to_compare)
@@ -58,14 +61,16 @@ class ExplainClusters(beam.PTransform):
              .with_output_types(Tuple[int, EdgeBatch]))
     served = serve_texts(self._texts, inputs["docs"], pairs, n)
     measured = ({"values": served["values"], "pairs": pairs}
-                | "GroupPairEnds" >> beam.CoGroupByKey()
+                | "GroupPairEnds" >> JoinByKey()
                 | "ExactJaccard" >> beam.ParDo(_JaccardFn(self._config))
                 | "ByDocument" >> beam.FlatMap(_by_document))
     explained = ({"asked": chosen[_ASKED] | "KeyAsked" >> beam.Map(
-                     lambda a: (a[0], a[1:])),
+                     lambda a: (a[0], a[1:])).with_output_types(
+                         Tuple[int, Tuple[ClusterInfo, int]]),
                   "measured": measured}
-                 | "JoinMeasured" >> beam.CoGroupByKey()
+                 | "JoinMeasured" >> JoinByKey()
                  | "Explain" >> beam.ParDo(_ExplainFn(self._config))
+                 .with_output_types(Clustered)
                  .with_outputs(metrics.COUNTS, main="clusters"))
     clusters = ((chosen.kept, explained.clusters)
                 | "AllClusters" >> beam.Flatten())
@@ -75,6 +80,8 @@ class ExplainClusters(beam.PTransform):
 
 
 _ASKED = "asked"
+# A document to explain: (doc id, its cluster, the neighbour it matched).
+_Asked = Tuple[int, ClusterInfo, int]
 
 
 def _edge_ends(element):

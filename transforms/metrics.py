@@ -13,6 +13,7 @@ import contextlib
 import logging
 import threading
 import time
+from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -27,6 +28,8 @@ from transforms.stats import (BUCKET_SIZES, CLUSTER_SIZES, SHUFFLE_PREFIX,
 
 NAMESPACE = "neardup"
 COUNTS = "counts"
+# The elements of every ``counts`` output: (stat name, value).
+Count = Tuple[str, int]
 PROGRESS_LOGGER = "neardup.progress"
 # At most one progress line per stage and process in this many seconds.
 PROGRESS_INTERVAL_S = 5.0

@@ -12,6 +12,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
 from transforms import report_render
+from transforms.join import JoinByKey
 from transforms.read import read_file, split_doc_id
 from transforms.report_render import LARGEST_CLUSTERS, MEMBERS_SHOWN
 
@@ -106,7 +107,7 @@ class WriteReport(beam.PTransform):
             lambda f: (f.index, f)),
     }
     snippets = (shown
-                | "GroupByFile" >> beam.CoGroupByKey()
+                | "GroupByFile" >> JoinByKey()
                 | "ReadSnippets" >> beam.ParDo(
                     _ReadSnippetsFn(self._text_field, self._id_field)))
     return inputs["stats"] | "WriteReportFiles" >> beam.Map(

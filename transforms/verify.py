@@ -25,6 +25,7 @@ import numpy as np
 from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.elements import EdgeBatch, VerifiedEdges
+from transforms.join import JoinByKey
 from transforms.read import (InputChangedError, make_doc_id, read_file,
                              read_texts, split_doc_id)
 from transforms.kernels import connected as graph_kernels
@@ -142,7 +143,7 @@ class ServeTextsFromFiles(beam.PTransform):
     requests = edges | "RequestByFile" >> beam.ParDo(_RequestByFileFn())
     files = self._files | "KeyFiles" >> beam.Map(lambda f: (f.index, f))
     served = ({"file": files, "wants": requests}
-              | "GroupByFile" >> beam.CoGroupByKey()
+              | "GroupByFile" >> JoinByKey()
               | "ReadCandidates" >> beam.ParDo(
                   _ReadCandidatesFn(self._text_field,
                                     self._id_field)).with_outputs(
@@ -224,7 +225,7 @@ class _Serve(beam.PTransform):
     wants = inputs["edges"] | "RequestEndpoints" >> beam.ParDo(
         _RequestFn(self._num_shards))
     served = ({"values": inputs["values"], "wants": wants}
-              | "JoinValues" >> beam.CoGroupByKey()
+              | "JoinValues" >> JoinByKey()
               | "ServeValues" >> beam.ParDo(_ServeFn()).with_outputs(
                   metrics.COUNTS, main="values"))
     return {"values": served.values, "counts": served[metrics.COUNTS]}
@@ -340,7 +341,7 @@ class _Compare(beam.PTransform):
 
   def expand(self, inputs):
     compared = ({"values": inputs["values"], "edges": inputs["edges"]}
-                | "GroupEdgeEnds" >> beam.CoGroupByKey()
+                | "GroupEdgeEnds" >> JoinByKey()
                 | "Compare" >> beam.ParDo(self._fn).with_outputs(
                     metrics.COUNTS, main="edges"))
     return {"edges": compared.edges, "counts": compared[metrics.COUNTS]}

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import collections
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
+from transforms.join import JoinByKey
+from transforms.select import Clustered
 from transforms.stats import finalize_stats
 from transforms.read import (InputChangedError,
                                   check_unchanged, iter_parquet_batches,
@@ -67,12 +69,13 @@ class WriteResults(beam.PTransform):
         "file": inputs["files"] | "KeyFiles" >> beam.Map(
             lambda f: (f.index, f)),
         "cluster": inputs["clusters"] | "KeyClusters" >> beam.Map(
-            lambda kv: (split_doc_id(kv[0])[0], kv)),
+            lambda kv: (split_doc_id(kv[0])[0], kv)).with_output_types(
+                Tuple[int, Clustered]),
         "rejected": inputs["rejected"] | "KeyRejected" >> beam.Map(
             lambda r: (split_doc_id(r.doc_id)[0], r)),
     }
     written = (keyed
-               | "GroupByFile" >> beam.CoGroupByKey()
+               | "GroupByFile" >> JoinByKey()
                | "WriteFile" >> beam.ParDo(
                    _WriteFileFn(self._output, self._id_field)).with_outputs(
                        metrics.COUNTS))
