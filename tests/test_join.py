@@ -12,6 +12,7 @@ from apache_beam.typehints.native_type_compatibility import (
     convert_to_beam_type)
 
 from pipeline import job
+from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.elements import EdgeBatch
 from transforms.join import JoinByKey
@@ -108,3 +109,12 @@ def test_every_join_of_the_job_shares_one_compiled_coder():
       convert_to_beam_type(Tuple[int, Tuple[int, bytes]]))
   for label, coders in flattens.items():
     assert all(c == want for c in coders), (label, coders)
+
+
+def test_sum_by_name_sums_each_stat_over_bundles_and_sorts_names():
+  with TestPipeline("FnApiRunner") as p:
+    counts = p | beam.Create([("b", 2), ("a", 1), ("b", 3), ("c", 0)],
+                             reshuffle=True)
+    totals = counts | beam.CombineGlobally(metrics.SumByName())
+    assert_that(totals | beam.Map(lambda d: list(d.items())),
+                equal_to([[("a", 1), ("b", 5), ("c", 0)]]))

@@ -176,6 +176,29 @@ class MeteredDoFn(beam.DoFn):
     return self.meter.flush()
 
 
+class SumByName(beam.CombineFn):
+  """``(stat name, n)`` elements → ``{name: sum}`` (sorted by name): one
+  combine for what a per-key sum and a dict would take two shuffles for."""
+
+  def create_accumulator(self):
+    return collections.Counter()
+
+  def add_input(self, totals, count):
+    name, n = count
+    totals[name] += n
+    return totals
+
+  def merge_accumulators(self, accumulators):
+    merged = collections.Counter()
+    for totals in accumulators:
+      for name, n in totals.items():
+        merged[name] += n
+    return merged
+
+  def extract_output(self, totals):
+    return dict(sorted(totals.items()))
+
+
 class BundleCounts:
   """Sums counts over a bundle and emits each once, from ``finish_bundle``,
   for DoFns that would otherwise emit a count tag per element."""

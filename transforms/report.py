@@ -69,8 +69,7 @@ class WriteReport(beam.PTransform):
     timings = (inputs["counts"]
                | "TimingsOnly" >> beam.Filter(lambda kv: metrics.is_timing(
                    kv[0]))
-               | "SumTimings" >> beam.CombinePerKey(sum)
-               | "TimingsDict" >> beam.combiners.ToDict())
+               | "SumTimings" >> beam.CombineGlobally(metrics.SumByName()))
     largest = (clusters
                # The label is the cluster's minimum id, itself a member.
                | "OnePerCluster" >> beam.Filter(

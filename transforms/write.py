@@ -332,8 +332,7 @@ class WriteStats(beam.PTransform):
 
   def expand(self, counts):
     return (counts
-            | "SumCounts" >> beam.CombinePerKey(sum)
-            | "ToDict" >> beam.combiners.ToDict()
+            | "SumCounts" >> beam.CombineGlobally(metrics.SumByName())
             | "Finalize" >> beam.Map(finalize_stats, self._params)
             | "WriteStatsFile" >> beam.Map(_write_stats, self._output))
 
