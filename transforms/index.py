@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.elements import KeyShard, SignatureBatch
 from transforms.kernels import lsh as lsh_kernels
