@@ -9,7 +9,7 @@ import re
 import sys
 import time
 import traceback
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -22,10 +22,11 @@ from apache_beam.runners.runner import PipelineState
 from pipeline import engines, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
                               config_from_options, known_flags, unknown_flags)
-from pipeline.preflight import check_inputs
+from pipeline.preflight import check_index, check_inputs
 from transforms import metrics
 from transforms.config import ConfigError
 from transforms.finalize import SUCCESS_FILE
+from transforms.index import Index
 from transforms.report import REPORT_HTML
 from transforms.write import STATS_FILE, join_path
 
@@ -62,7 +63,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   patterns = [p.strip() for p in opts.input.split(",") if p.strip()]
-  problems = preflight(patterns, opts)
+  index, problems = preflight(patterns, opts, config)
   if problems:
     for problem in problems:
       print(f"error: {problem}", file=sys.stderr)
@@ -75,7 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     with beam.Pipeline(options=opts) as p:
       job.build(p, patterns, opts.output, config, opts.input_format,
                 opts.text_field, opts.id_field, overwrite=opts.overwrite,
-                started=started)
+                started=started, against=index, index_out=opts.index_out)
   except Exception as e:  # pylint: disable=broad-except
     return _job_failed(e, opts.output)
   if p.result.state == PipelineState.DONE:
@@ -178,11 +179,21 @@ def parse_options(argv: List[str]) -> Union[DedupOptions, int]:
   return 2 if problems else opts
 
 
-def preflight(patterns: List[str], opts: DedupOptions) -> List[str]:
-  """Every problem with the inputs and the output folder, one line each,
-  before anything is written (see :mod:`pipeline.preflight`)."""
-  _, problems = check_inputs(patterns, opts.input_format, opts.text_field)
-  return problems + check_output(opts.output, opts.overwrite)
+def preflight(patterns: List[str], opts: DedupOptions, config
+              ) -> Tuple[Optional[Index], List[str]]:
+  """``(the --against index or None, every problem)`` with the inputs, the
+  output folder and the indexes, one line each, before anything is written
+  (see :mod:`pipeline.preflight`)."""
+  files, problems = check_inputs(patterns, opts.input_format,
+                                 opts.text_field)
+  problems += check_output(opts.output, opts.overwrite)
+  if not (opts.against or opts.index_out):
+    return None, problems
+  params = job.effective_params(config, opts.input_format, opts.text_field,
+                                opts.id_field)
+  index, index_problems = check_index(opts.against, opts.index_out, params,
+                                      files)
+  return index, problems + index_problems
 
 
 def check_output(output: str, overwrite: bool) -> List[str]:

@@ -12,6 +12,7 @@ from pipeline import __version__
 from transforms.config import DedupConfig
 from transforms.read import ReadDocuments
 from transforms.finalize import FinalizeOutput, staging_path
+from transforms.index import Index, IndexedCorpus, ReadIndex, WriteIndex
 from transforms.kernels.minhash import SKETCH_SCHEMES
 from transforms.kernels.reference_text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
@@ -34,12 +35,26 @@ def run_params(config: DedupConfig) -> dict:
   return params
 
 
+def effective_params(config: DedupConfig, input_format: str,
+                     text_field: str, id_field: str) -> dict:
+  """The effective configuration (flags, --config file and defaults
+  merged), as stats.json and an index's manifest record it."""
+  return dict(run_params(config), input_format=input_format,
+              text_field=text_field, id_field=id_field)
+
+
 def build(pipeline: beam.Pipeline, patterns, output: str,
           config: DedupConfig, input_format: str = "auto",
           text_field: str = "text", id_field: str = "id",
           overwrite: bool = False, run_id: Optional[str] = None,
-          started: Optional[float] = None):
+          started: Optional[float] = None, against: Optional[Index] = None,
+          index_out: Optional[str] = None):
   """Adds the whole job to ``pipeline``; returns the stats PCollection.
+
+  ``against`` (an :class:`~transforms.index.Index`): deduplicate the inputs
+  against it too (their files are numbered after the indexed ones).
+  ``index_out``: write an index of this run's documents, and of
+  ``against``'s, there (see :mod:`transforms.index`).
 
   Everything is written under ``output``'s staging folder for ``run_id``
   (a fresh one when None) and moved into ``output`` by the job's last step
@@ -50,28 +65,49 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   final = output
   output = staging_path(final, run_id or uuid.uuid4().hex[:16])
   read = pipeline | "ReadDocuments" >> ReadDocuments(
-      patterns, input_format, text_field, id_field)
+      patterns, input_format, text_field, id_field,
+      against.first_file if against else 0)
   texts = read["documents"] | "DocText" >> beam.Map(
       lambda d: (d.doc_id, d.text))
+  served_files, indexed, old, indexed_paths = read["files"], None, None, None
+  if against is not None:
+    old = pipeline | "ReadIndex" >> ReadIndex(against, config,
+                                             with_rows=bool(index_out))
+    # Indexed texts are read back from their files, like the new ones.
+    served_files = ((read["files"], pipeline | "IndexedFiles" >> beam.Create(
+        against.files)) | "AllFiles" >> beam.Flatten())
+    indexed = IndexedCorpus(old["keys"], old["signatures"],
+                            against.first_new_id)
+    indexed_paths = {f.index: f.path for f in against.files}
   # Exact verification reads the candidates back from the input files
   # rather than shuffling every document's text.
   dedup = texts | "NearDedup" >> NearDedup(
-      config, ServeTextsFromFiles(read["files"], text_field),
-      ServeTextsFromFiles(read["files"], text_field, id_field))
+      config, ServeTextsFromFiles(served_files, text_field),
+      ServeTextsFromFiles(served_files, text_field, id_field), indexed)
   written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
               "files": read["files"]}
-             | "WriteResults" >> WriteResults(output, id_field))
+             | "WriteResults" >> WriteResults(output, id_field,
+                                              indexed_paths))
   counts = ((read["counts"], dedup["counts"], written)
             | "AllCounts" >> beam.Flatten())
-  # The effective configuration (flags, --config file and defaults merged).
-  params = dict(run_params(config), input_format=input_format,
-                text_field=text_field, id_field=id_field)
+  params = effective_params(config, input_format, text_field, id_field)
   stats = counts | "WriteStats" >> WriteStats(output, params)
   report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
              "files": read["files"]}
             | "WriteReport" >> WriteReport(
                 output, text_field, id_field, config.threshold, started,
                 {"inputs": list(patterns), "version": __version__}))
-  _ = report | "FinalizeOutput" >> FinalizeOutput(output, final, OUTPUT_NAMES,
-                                                  overwrite)
+  done = report | "FinalizeOutput" >> FinalizeOutput(output, final,
+                                                     OUTPUT_NAMES, overwrite)
+  if index_out:
+    inputs = {"keys": dedup["keys"], "signatures": dedup["signatures"],
+              "clusters": dedup["clusters"], "files": read["files"],
+              "users": read["documents"] | "UserIds" >> beam.Map(
+                  lambda d: (d.doc_id, d.user_id)),
+              "done": done}
+    if old is not None:
+      inputs.update(old_keys=old["keys"], old_docs=old["docs"])
+    _ = inputs | "WriteIndex" >> WriteIndex(
+        index_out, config, params, against.files if against else (),
+        __version__)
   return stats

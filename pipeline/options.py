@@ -70,6 +70,7 @@ class DedupOptions(PipelineOptions):
                         " a comma-separated string); flags given on the"
                         " command line override it.")
     add_io_arguments(parser)
+    add_index_arguments(parser)
     add_detection_arguments(parser)
 
 
@@ -108,6 +109,18 @@ def add_io_arguments(parser) -> None:
                   help="Optional user id field, reported in clusters/.")
   add_bool_flag(io, "--overwrite", False,
                 "Replace the outputs of an earlier run in --output.")
+
+
+def add_index_arguments(parser) -> None:
+  """Adds ``--index_out`` and ``--against`` (incremental dedup)."""
+  index = parser.add_argument_group("incremental dedup")
+  index.add_argument("--index_out", default=None, metavar="DIR",
+                     help="Write an LSH index of this run's documents (and"
+                     " of the --against index) to this new or empty folder.")
+  index.add_argument("--against", default=None, metavar="DIR",
+                     help="Deduplicate the inputs against the index an"
+                     " earlier run wrote with --index_out: a document similar"
+                     " to an indexed one is removed.")
 
 
 def add_detection_arguments(parser, only: Sequence[str] = None) -> None:

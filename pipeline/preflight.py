@@ -21,6 +21,8 @@ from typing import List, Optional, Sequence, Tuple
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.index import (Index, IndexFolderError, incompatibilities,
+                              read_manifest)
 from transforms.read import (InputFile, InputReadError, compression_of,
                                   expand_inputs, iter_lines, line_content,
                                   open_parquet)
@@ -233,4 +235,63 @@ def _check_text(path: str, lines: List[bytes]) -> List[str]:
   if lines and bad * 2 > len(lines):
     return [f"{path}: {bad} of its first {len(lines)} lines are not UTF-8 "
             "text (a binary file?); remove it from --input"]
+  return []
+
+
+def check_index(against: Optional[str], index_out: Optional[str],
+                params: dict, inputs: Sequence[InputFile]
+                ) -> Tuple[Optional[Index], List[str]]:
+  """``(the --against index or None, problems)``: the index must be one
+  (manifest, format version), built with the run's detection parameters
+  (``params``, as stats.json records them), over files that are still
+  there unchanged (their texts are read back) and not among ``inputs``;
+  ``--index_out`` must be a new or empty folder other than ``--against``."""
+  problems, index = [], None
+  if against:
+    try:
+      index = read_manifest(against)
+    except IndexFolderError as e:
+      return None, [str(e)]
+    problems += incompatibilities(index, params)
+    problems += _check_indexed_files(index, inputs)
+  if index_out:
+    problems += _check_index_out(index_out, against)
+  return index, problems
+
+
+def _check_indexed_files(index: Index, inputs: Sequence[InputFile]
+                         ) -> List[str]:
+  indexed = index.files
+  problems = []
+  sizes = {}
+  for result in FileSystems.match([f.path for f in indexed]):
+    sizes.update((m.path, m.size_in_bytes) for m in result.metadata_list)
+  for source in indexed:
+    size = sizes.get(source.path)
+    if size != source.size:
+      now = "is missing" if size is None else f"now has {size} bytes"
+      problems.append(
+          f"{source.path}: indexed in --against {index.path} with"
+          f" {source.size} bytes, {now}; a run against the index reads"
+          " indexed texts back (verification, explanations): restore the"
+          " file, or build a new index without --against")
+  paths = {f.path for f in indexed}
+  problems += [f"{f.path}: already indexed in --against {index.path}; remove"
+               " it from --input (its documents are in the index)"
+               for f in inputs if f.path in paths]
+  return problems
+
+
+def _check_index_out(index_out: str, against: Optional[str]) -> List[str]:
+  if against and index_out.rstrip("/") == against.rstrip("/"):
+    return [f"--index_out {index_out}: is the --against index; write the"
+            " updated index to a new folder (the old one is read while the"
+            " job runs)"]
+  if "://" not in index_out and os.path.exists(index_out) and not (
+      os.path.isdir(index_out)):
+    return [f"--index_out {index_out}: is a file; --index_out names a folder"]
+  found = FileSystems.match([FileSystems.join(index_out, "**")])
+  if any(result.metadata_list for result in found):
+    return [f"--index_out {index_out}: already holds files; give a new or"
+            " empty folder (an index is never overwritten)"]
   return []

@@ -115,6 +115,9 @@ class StreamingOptions(PipelineOptions):
 
 _FILE_ONLY = ("input", "output", "input_format", "overwrite",
               "watch_interval", "watch_stop_after", "output_window") + CLI_ONLY
+# Incremental dedup is batch only (README, "Incremental dedup against an
+# index", says how streaming would warm-start from an index).
+_BATCH_ONLY = ("index_out", "against")
 TEMPLATE_REQUIRED = ("input_subscription", "output_topic")
 
 
@@ -130,7 +133,7 @@ class TemplateOptions:
     DedupOptions._add_argparse_args(scratch)
     StreamingOptions._add_argparse_args(scratch)
     for action in scratch._actions:
-      if action.dest not in _FILE_ONLY:
+      if action.dest not in _FILE_ONLY + _BATCH_ONLY:
         parser._add_action(action)
 
 
@@ -162,6 +165,10 @@ def check_io(options: PipelineOptions) -> None:
                      " and rejected records (they are never dropped).")
   if files.input and "," in files.input:
     raise ValueError("--input takes one file pattern in streaming mode.")
+  for name in _BATCH_ONLY:
+    if getattr(files, name):
+      raise ValueError(f"--{name} is batch only: run the batch job (without"
+                       " --streaming) to build or use an index.")
   if files.input and files.input_format == "parquet":
     raise ValueError("streaming reads JSONL or text lines; convert Parquet"
                      " inputs or use the batch job.")

@@ -56,17 +56,18 @@ def _flag_value(argv: List[str], flag: str) -> Optional[str]:
   return None
 
 
-def _with_output(argv: List[str], output: str) -> List[str]:
+def _with_flag(argv: List[str], flag: str, value: str) -> List[str]:
+  """``argv`` with ``flag``'s value replaced by ``value``."""
   out, skip = [], False
   for arg in argv:
     if skip:
-      out.append(output)
+      out.append(value)
       skip = False
-    elif arg == "--output":
+    elif arg == flag:
       out.append(arg)
       skip = True
-    elif arg.startswith("--output="):
-      out.append("--output=" + output)
+    elif arg.startswith(flag + "="):
+      out.append(f"{flag}={value}")
     else:
       out.append(arg)
   return out
@@ -135,17 +136,23 @@ def cross_checked(main: Callable[[Optional[List[str]]], int],
       return main(argv)
     prism = require_prism()
     reference = _reference_for(output)
+    ref_argv = _with_flag(argv, "--output", reference)
+    # An index the run writes has its twin too (and is compared like it).
+    index_out = _flag_value(argv, "--index_out")
+    pairs = [(output, reference)]
+    if index_out is not None:
+      ref_argv = _with_flag(ref_argv, "--index_out", reference + ".index")
+      pairs.append((index_out, reference + ".index"))
     # The reference run's messages are dropped: the test reads Prism's.
     with contextlib.redirect_stdout(io.StringIO()), \
         contextlib.redirect_stderr(io.StringIO()):
-      ref_code = main(_with_output(argv, reference)
-                      + ["--runner", "FnApiRunner"])
+      ref_code = main(ref_argv + ["--runner", "FnApiRunner"])
     code = main(argv + ["--runner", "PrismRunner", "--prism_location", prism])
     assert code == ref_code, (
         f"exit code {code} on Prism, {ref_code} on FnApiRunner: {argv}")
-    if code == 0:
-      ours, ref = _comparable(tree_bytes(output)), _comparable(
-          tree_bytes(reference))
+    for ours_at, ref_at in pairs if code == 0 else ():
+      ours, ref = _comparable(tree_bytes(ours_at)), _comparable(
+          tree_bytes(ref_at))
       assert sorted(ours) == sorted(ref), (sorted(ours), sorted(ref))
       differing = [name for name in ref if ours[name] != ref[name]]
       assert not differing, f"Prism outputs differ from FnApiRunner's: {differing}"

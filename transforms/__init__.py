@@ -23,6 +23,7 @@ __all__ = [
     "NearDedup",
     "Normalize",
     "ReadDocuments",
+    "ReadIndex",
     "ReduceUnverified",
     "Rejected",
     "SelectKept",
@@ -30,6 +31,7 @@ __all__ = [
     "Shingle",
     "VerifyEdges",
     "VerifyExact",
+    "WriteIndex",
     "WriteReport",
     "WriteResults",
     "WriteStats",
@@ -60,6 +62,8 @@ _MODULES = {
     "WriteStats": "transforms.write",
     "WriteReport": "transforms.report",
     "NearDedup": "transforms.near_dedup",
+    "ReadIndex": "transforms.index",
+    "WriteIndex": "transforms.index",
 }
 
 

@@ -33,23 +33,29 @@ class FindCandidates(beam.PTransform):
   reduced to a spanning forest, in one place); a pair found in several
   buckets of that shard is kept once.
 
+  Against an index (``first_new_id`` given: indexed documents have lower
+  ids), only buckets holding a new document are collided, whole, and pairs
+  of two indexed documents are dropped.
+
   Args:
     config: ``exhaustive_bucket_size``, ``bucket_hubs`` and ``lsh_shards``.
+    first_new_id: the lowest id of a new document, or None.
 
   Returns:
     ``{"edges": (edge shard, EdgeBatch), "counts"}`` (``buckets_multi``,
     ``buckets_large``, ``candidate_edges``, the bucket size histogram).
   """
 
-  def __init__(self, config: DedupConfig):
+  def __init__(self, config: DedupConfig, first_new_id: int = None):
     super().__init__()
     self._config = config
+    self._first_new_id = first_new_id
 
   def expand(self, band_keys):
     found = (band_keys
              | "GroupByShard" >> beam.GroupByKey()
              | "CollideInShard" >> beam.ParDo(
-                 _CollideFn(self._config)).with_outputs(
+                 _CollideFn(self._config, self._first_new_id)).with_outputs(
                      metrics.COUNTS, main="edges"))
     distinct = (found.edges
                 | "GroupEdges" >> beam.GroupByKey()
@@ -65,8 +71,9 @@ class _CollideFn(metrics.MeteredDoFn):
 
   STAGE = "collision"
 
-  def __init__(self, config: DedupConfig):
+  def __init__(self, config: DedupConfig, first_new_id: int = None):
     self._config = config
+    self._first_new_id = first_new_id
 
   def setup(self):
     super().setup()
@@ -77,8 +84,15 @@ class _CollideFn(metrics.MeteredDoFn):
     c = self._config
     with self.meter.timed():
       keys, ids, digests = lsh_kernels.concat_arrays(parts)
+      if self._first_new_id is not None:
+        reach = lsh_kernels.buckets_reaching(keys, ids, self._first_new_id)
+        keys, ids, digests = keys[reach], ids[reach], digests[reach]
       found = lsh_kernels.bucket_pairs(keys, ids, digests,
                                        c.exhaustive_bucket_size, c.bucket_hubs)
+      if self._first_new_id is not None:
+        new = found.dst >= self._first_new_id
+        found = found._replace(src=found.src[new], dst=found.dst[new],
+                               anchor=found.anchor[new])
       batches = list(lsh_kernels.split_by_shard(
           lsh_kernels.node_shard(found.anchor, c.lsh_shards), found.src,
           found.dst))

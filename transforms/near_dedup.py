@@ -14,6 +14,9 @@ from transforms.sign import ComputeSignatures
 from transforms.verify import (ReduceUnverified, VerifyEdges, VerifyExact,
                                explode_edges)
 
+# The length an indexed document counts with under keep="longest".
+INDEXED_LENGTH = 1 << 62
+
 
 class NearDedup(beam.PTransform):
   """``(doc_id: int, text: str)`` → ``{"clusters", "counts"}``.
@@ -32,21 +35,38 @@ class NearDedup(beam.PTransform):
   :class:`~transforms.verify.ServeTextsFromFiles`) and ``explain_texts``
   (the same with an ``id_field``, so explanations name user ids), otherwise
   from the input PCollection (see :class:`~transforms.verify.VerifyExact`).
+
+  With ``index`` (an :class:`~transforms.index.IndexedCorpus`), the new
+  documents (ids from ``index.first_new_id`` on) are deduplicated against
+  the indexed ones and among themselves: the indexed band keys join the
+  collision, their signatures the verification, and a cluster holding an
+  indexed document keeps it (with ``keep="longest"`` too); only the new
+  documents' rows are returned. ``texts`` must then serve indexed texts as
+  well. Also returned: ``signatures`` and ``keys`` of the new documents
+  (what :class:`~transforms.index.WriteIndex` stores).
   """
 
   def __init__(self, config: DedupConfig, texts: beam.PTransform = None,
-               explain_texts: beam.PTransform = None):
+               explain_texts: beam.PTransform = None, index=None):
     super().__init__()
     self._config = config
     self._texts = texts
     self._explain_texts = explain_texts
+    self._index = index
 
   def expand(self, docs):
     c = self._config
     signed = docs | "ComputeSignatures" >> ComputeSignatures(c)
     signatures = signed["signatures"]
     keyed = signatures | "BandKey" >> BandKey(c)
-    found = keyed["keys"] | "FindCandidates" >> FindCandidates(c)
+    index = self._index
+    keys, compared = keyed["keys"], signatures
+    if index is not None:
+      keys = (keys, index.keys) | "WithIndexedKeys" >> beam.Flatten()
+      compared = ((signatures, index.signatures)
+                  | "WithIndexedSignatures" >> beam.Flatten())
+    first_new_id = None if index is None else index.first_new_id
+    found = keys | "FindCandidates" >> FindCandidates(c, first_new_id)
     counts = [signed["counts"], keyed["counts"], found["counts"]]
     edges = found["edges"]
     if c.verify == "none":
@@ -55,7 +75,7 @@ class NearDedup(beam.PTransform):
       verified = ({"edges": edges, "docs": docs}
                   | "VerifyExact" >> VerifyExact(c, self._texts))
     else:
-      verified = ({"edges": edges, "signatures": signatures}
+      verified = ({"edges": edges, "signatures": compared}
                   | "VerifyEdges" >> VerifyEdges(c))
     counts.append(verified["counts"])
     components = (verified["edges"]
@@ -65,8 +85,14 @@ class NearDedup(beam.PTransform):
     lengths = None
     if c.keep == "longest":
       lengths = docs | "TextLengths" >> beam.Map(lambda d: (d[0], len(d[1])))
+      if index is not None:
+        # An indexed document always wins: it is longer than any new one.
+        lengths = ((lengths, index.signatures | "IndexedLengths" >>
+                    beam.FlatMap(lambda b: ((i, INDEXED_LENGTH)
+                                            for i in b.ids.tolist())))
+                   | "AllLengths" >> beam.Flatten())
     selected = components["labels"] | "SelectKept" >> SelectKept(
-        c.keep, lengths)
+        c.keep, lengths, first_new_id)
     explained = ({"clusters": selected["clusters"],
                   "edges": verified["edges"], "docs": docs}
                  | "ExplainClusters" >> ExplainClusters(
@@ -74,4 +100,5 @@ class NearDedup(beam.PTransform):
     counts += [components["counts"], selected["counts"],
                explained["counts"]]
     return {"clusters": explained["clusters"],
-            "counts": counts | "FlattenCounts" >> beam.Flatten()}
+            "counts": counts | "FlattenCounts" >> beam.Flatten(),
+            "signatures": signatures, "keys": keyed["keys"]}

@@ -172,9 +172,10 @@ def detect_format(path: str, input_format: str = "auto") -> str:
   return "text"
 
 
-def expand_inputs(patterns: Sequence[str],
-                  input_format: str = "auto") -> List[InputFile]:
-  """All files matching ``patterns``, de-duplicated and sorted by path.
+def expand_inputs(patterns: Sequence[str], input_format: str = "auto",
+                  first_index: int = 0) -> List[InputFile]:
+  """All files matching ``patterns``, de-duplicated and sorted by path,
+  numbered from ``first_index``.
 
   Raises ``ValueError`` naming the patterns when nothing matches.
   """
@@ -186,11 +187,12 @@ def expand_inputs(patterns: Sequence[str],
     paths.update((m.path, m.size_in_bytes) for m in result.metadata_list)
   if not paths:
     raise ValueError(f"No input files match {list(patterns)}; check --input.")
-  if len(paths) > MAX_FILES:
-    raise ValueError(f"{len(paths)} input files exceed the limit of "
-                     f"{MAX_FILES}; merge inputs into fewer files.")
+  if len(paths) + first_index > MAX_FILES:
+    raise ValueError(f"{len(paths) + first_index} input files (indexed ones"
+                     f" included) exceed the limit of {MAX_FILES}; merge"
+                     " inputs into fewer files.")
   return [InputFile(i, p, detect_format(p, input_format), paths[p])
-          for i, p in enumerate(sorted(paths))]
+          for i, p in enumerate(sorted(paths), first_index)]
 
 
 class ReadDocuments(beam.PTransform):
@@ -213,10 +215,13 @@ class ReadDocuments(beam.PTransform):
       ``text``.
     text_field: the JSONL field or Parquet column holding the text.
     id_field: the field or column holding the user's id (kept as is).
+    first_index: the index of the first file (a run against an index
+      numbers its files after the indexed ones).
   """
 
   def __init__(self, patterns: Sequence[str], input_format: str = "auto",
-               text_field: str = "text", id_field: str = "id"):
+               text_field: str = "text", id_field: str = "id",
+               first_index: int = 0):
     super().__init__()
     if isinstance(patterns, str):
       patterns = [patterns]
@@ -224,11 +229,13 @@ class ReadDocuments(beam.PTransform):
     self._input_format = input_format
     self._text_field = text_field
     self._id_field = id_field
+    self._first_index = first_index
 
   def expand(self, pbegin):
     files = (pbegin
              | "CreatePatterns" >> beam.Create([self._patterns])
-             | "MatchFiles" >> beam.FlatMap(expand_inputs, self._input_format))
+             | "MatchFiles" >> beam.FlatMap(expand_inputs, self._input_format,
+                                            self._first_index))
     read = (files
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadFiles" >> beam.ParDo(

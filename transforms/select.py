@@ -76,9 +76,15 @@ class SelectKept(beam.PTransform):
   keeps the longest text (ties: lowest id) and needs ``lengths``, a
   PCollection of ``(doc_id, text length)``.
 
+  Against an index (``first_new_id`` given), only the members with ids
+  from it on (the new documents) are returned and counted: ``clusters``
+  counts the clusters holding one, ``clusters_with_index`` those of them
+  whose kept document is an indexed one.
+
   Args:
     keep: ``"first"`` or ``"longest"``.
     lengths: ``(doc_id, text length)``, needed for ``"longest"``.
+    first_new_id: the lowest id of a new document, or None.
 
   Returns:
     ``{"clusters": (doc_id, ClusterInfo), "counts"}`` (``clusters``,
@@ -88,12 +94,13 @@ class SelectKept(beam.PTransform):
     ValueError: ``keep="longest"`` without ``lengths``.
   """
 
-  def __init__(self, keep: str, lengths=None):
+  def __init__(self, keep: str, lengths=None, first_new_id: int = None):
     super().__init__()
     if keep == "longest" and lengths is None:
       raise ValueError("keep='longest' needs the document lengths")
     self._keep = keep
     self._lengths = lengths
+    self._first_new_id = first_new_id
 
   def expand(self, labels):
     if self._keep == "longest":
@@ -105,7 +112,8 @@ class SelectKept(beam.PTransform):
           lambda nl: (nl[1], (nl[0], 0)))
     chosen = (members
               | "GroupClusters" >> beam.GroupByKey()
-              | "ChooseKept" >> beam.ParDo(_ChooseFn()).with_outputs(
+              | "ChooseKept" >> beam.ParDo(
+                  _ChooseFn(self._first_new_id)).with_outputs(
                   metrics.COUNTS, main="clusters"))
     return {"clusters": chosen.clusters, "counts": chosen[metrics.COUNTS]}
 
@@ -121,6 +129,9 @@ def _member_with_length(element):
 class _ChooseFn(metrics.MeteredDoFn):
 
   STAGE = "selection"
+
+  def __init__(self, first_new_id: int = None):
+    self._first_new_id = first_new_id
 
   def setup(self):
     super().setup()
@@ -139,10 +150,15 @@ class _ChooseFn(metrics.MeteredDoFn):
       kept = min(members, key=lambda m: (-m[1], m[0]))[0]
     self.meter.done(1)
     size = len(members)
-    self._sizes.update(size)
     self._counts.add(metrics.shuffle_stat("select_kept"), 24 * size)
+    if self._first_new_id is not None:
+      members = [m for m in members if m[0] >= self._first_new_id]
+      if not members:
+        return
+      self._counts.add("clusters_with_index", int(kept < self._first_new_id))
+    self._sizes.update(size)
     self._counts.add("clusters", 1)
-    self._counts.add("clustered_docs", size)
+    self._counts.add("clustered_docs", len(members))
     # bit_length() - 1 = floor(log2(size))
     self._counts.add(metrics.size_bin_stat(metrics.CLUSTER_SIZES,
                                            size.bit_length() - 1), 1)

@@ -53,16 +53,21 @@ class WriteResults(beam.PTransform):
   Args:
     output: the folder (any Beam filesystem) to write under.
     id_field: the JSONL field or Parquet column holding the user's id.
+    indexed: in a run against an index, ``{file index: path}`` of the
+      indexed files: every ``clusters/`` row then also says whether its
+      matched document is an indexed one (``matched_indexed``) and where
+      that one is (``matched_source``, ``matched_position``).
 
   Returns:
     The counts: ``kept``, ``removed``, ``rejected`` and
     ``rejected_<reason>``.
   """
 
-  def __init__(self, output: str, id_field: str = "id"):
+  def __init__(self, output: str, id_field: str = "id", indexed=None):
     super().__init__()
     self._output = output
     self._id_field = id_field
+    self._indexed = indexed
 
   def expand(self, inputs):
     keyed = {
@@ -77,7 +82,8 @@ class WriteResults(beam.PTransform):
     written = (keyed
                | "GroupByFile" >> JoinByKey()
                | "WriteFile" >> beam.ParDo(
-                   _WriteFileFn(self._output, self._id_field)).with_outputs(
+                   _WriteFileFn(self._output, self._id_field,
+                                self._indexed)).with_outputs(
                        metrics.COUNTS))
     return written[metrics.COUNTS]
 
@@ -104,9 +110,10 @@ class _WriteFileFn(metrics.MeteredDoFn):
 
   STAGE = "writing"
 
-  def __init__(self, output: str, id_field: str):
+  def __init__(self, output: str, id_field: str, indexed=None):
     self._output = output
     self._id_field = id_field
+    self._indexed = indexed
 
   def process(self, element):
     with self.meter.timed():
@@ -220,7 +227,7 @@ class _WriteFileFn(metrics.MeteredDoFn):
     index = source.index
     if part.clusters:
       rows = [_cluster_row(make_doc_id(index, row), info, user_ids.get(row),
-                           source)
+                           source, self._indexed)
               for row, info in sorted(part.clusters.items())]
       _write_lines(join_path(self._output, CLUSTERS_DIR,
                              part_name(index, chunk, "jsonl")), rows)
@@ -280,8 +287,8 @@ def _json_field(line: bytes, field: str):
   return json.loads(line.decode("utf-8")).get(field)
 
 
-def _cluster_row(doc_id, info, user_id, source):
-  return _json_line({
+def _cluster_row(doc_id, info, user_id, source, indexed=None):
+  row = {
       "doc_id": doc_id,
       "id": user_id,
       "cluster_id": info.cluster_id,
@@ -295,7 +302,20 @@ def _cluster_row(doc_id, info, user_id, source):
       "matched_jaccard": _rounded(info.matched_jaccard),
       "jaccard_to_kept": _rounded(info.jaccard_to_kept),
       "chain_kept": info.chain_kept,
-  })
+  }
+  if indexed is not None:
+    row.update(_matched_in_index(info.matched_doc_id, indexed))
+  return _json_line(row)
+
+
+def _matched_in_index(matched_doc_id, indexed) -> dict:
+  """Where the matched document is, when it is an indexed one."""
+  file_index, row = (split_doc_id(matched_doc_id) if matched_doc_id
+                     is not None else (None, None))
+  found = file_index in indexed
+  return {"matched_indexed": found,
+          "matched_source": indexed[file_index] if found else None,
+          "matched_position": row + 1 if found else None}
 
 
 def _rounded(similarity):

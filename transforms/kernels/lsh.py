@@ -256,6 +256,14 @@ def _large_bucket_pairs(ids, digests, exhaustive, hubs):
           np.concatenate([alias_dst, dst]))
 
 
+def buckets_reaching(keys: np.ndarray, ids: np.ndarray,
+                     min_id: int) -> np.ndarray:
+  """Mask of the rows whose bucket (key) holds an id >= ``min_id``: the
+  buckets a run against an index must collide (the others hold indexed
+  documents only)."""
+  return np.isin(keys, keys[ids >= min_id])
+
+
 def node_shard(ids: np.ndarray, num_shards: int) -> np.ndarray:
   """Shard of each document id; ids are mixed first, so runs of
   consecutive ids spread over all shards."""

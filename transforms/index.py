@@ -1,0 +1,500 @@
+"""A persistent LSH index of a deduplicated corpus, for incremental runs.
+
+Layout of an index folder (see README, "Incremental dedup against an
+index")::
+
+  manifest.json                   format, version, detection parameters,
+                                  the corpus files (index, path, format,
+                                  size), counts and the shard files
+  keys/part-SSSSS-of-NNNNN.parquet  key uint64, doc_id int64, digest uint64:
+                                  one row per (document, band), sharded by
+                                  band key (``shard_of(key, NNNNN)``)
+  docs/part-SSSSS-of-NNNNN.parquet  doc_id, kept, id (the user id as JSON),
+                                  source, position, signature uint32[K]:
+                                  one row per signed document, sharded by
+                                  ``node_shard(doc_id, NNNNN)``
+
+Every signed document of the corpus is indexed, the removed ones too
+(``kept`` false): in a run over the whole corpus a new document that is
+similar only to a removed one joins its cluster and is removed, so an index
+of the kept documents alone could not give the same result. Doc ids are the
+ones a run over the whole corpus (indexed files first) gives, so a run
+``--against`` the index numbers its files after the indexed ones.
+
+Each shard file is written by the worker that grouped its key range and
+read back file by file, by row group, re-sharded to the run's
+``--lsh_shards``: the index never passes through one worker.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Dict, List, NamedTuple, Sequence, Tuple
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.config import DedupConfig
+from transforms.elements import KeyShard, SignatureBatch
+from transforms.kernels import lsh as lsh_kernels
+from transforms.read import InputFile, make_doc_id, open_parquet, split_doc_id
+
+INDEX_FORMAT = "neardup-lsh-index"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+KEYS_DIR, DOCS_DIR = "keys", "docs"
+# What must agree between an index and a run against it: everything that
+# changes signatures, band keys, the candidate pairs or their verification,
+# and the fields the indexed texts are read back with.
+MATCHED_PARAMS = ("shingle_unit", "ngram", "num_perm", "sketch", "bands",
+                  "rows", "seed", "nfkc", "lowercase", "strip_punctuation",
+                  "fold_digits", "min_tokens", "threshold", "verify",
+                  "exhaustive_bucket_size", "bucket_hubs", "shingle_scheme",
+                  "minhash_scheme", "text_field", "id_field")
+
+
+class IndexFolderError(ValueError):
+  """Not a usable index; the message names the folder and the fix."""
+
+
+class Index(NamedTuple):
+  """An index as read from its manifest (what a run against it needs)."""
+  path: str
+  manifest: dict
+
+  @property
+  def files(self) -> List[InputFile]:
+    """The indexed corpus's files, with the indices its doc ids use."""
+    return [InputFile(f["index"], f["path"], f["format"], f["size"])
+            for f in self.manifest["files"]]
+
+  @property
+  def first_file(self) -> int:
+    """The file index a run against this index starts its own files at."""
+    return self.manifest["next_file_index"]
+
+  @property
+  def first_new_id(self) -> int:
+    """Every indexed doc id is below this one, every new one at least it."""
+    return make_doc_id(self.first_file, 0)
+
+  def shard_paths(self, kind: str) -> List[str]:
+    return [FileSystems.join(self.path, kind, name)
+            for name in self.manifest["shards"][kind]]
+
+
+class IndexedCorpus(NamedTuple):
+  """What :class:`~transforms.near_dedup.NearDedup` needs of an index to
+  deduplicate new documents against it: its band keys ``(shard,
+  KeyShard)`` and signature batches (from :class:`ReadIndex`), and the
+  first doc id of the new documents (every indexed id is below it)."""
+  keys: object
+  signatures: object
+  first_new_id: int
+
+
+def shard_name(shard: int, num_shards: int) -> str:
+  return f"part-{shard:05d}-of-{num_shards:05d}.parquet"
+
+
+def read_manifest(path: str) -> Index:
+  """The index at ``path``; raises :class:`IndexFolderError` when there is none
+  there (missing folder, no manifest, another format or version)."""
+  manifest_path = FileSystems.join(path, MANIFEST_FILE)
+  if not FileSystems.exists(path):
+    raise IndexFolderError(f"--against {path}: no such folder; give the folder an"
+                      " earlier run wrote with --index_out")
+  if not FileSystems.exists(manifest_path):
+    raise IndexFolderError(f"--against {path}: not an index (no {MANIFEST_FILE});"
+                      " give the folder an earlier run wrote with"
+                      " --index_out (a run that failed leaves none)")
+  try:
+    with FileSystems.open(manifest_path) as f:
+      manifest = json.loads(f.read())
+  except (OSError, ValueError) as e:
+    raise IndexFolderError(f"--against {path}: {MANIFEST_FILE} cannot be read"
+                      f" ({e}); rebuild the index with --index_out") from e
+  if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
+    raise IndexFolderError(f"--against {path}: {MANIFEST_FILE} is not a neardup"
+                      " index manifest; give a folder written by"
+                      " --index_out")
+  if manifest.get("format_version") != FORMAT_VERSION:
+    raise IndexFolderError(
+        f"--against {path}: index format version "
+        f"{manifest.get('format_version')!r}, this version reads"
+        f" {FORMAT_VERSION}; rebuild the index with this version's"
+        " --index_out")
+  return Index(path, manifest)
+
+
+def _flag_value(value) -> str:
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  return str(value)
+
+
+def incompatibilities(index: Index, params: dict) -> List[str]:
+  """One line per parameter of ``params`` (a run's, as :func:`index_params`
+  gives them) that differs from the index's, naming both values and the
+  fix; empty when the run can be deduplicated against the index."""
+  built = index.manifest["params"]
+  problems = []
+  for name in MATCHED_PARAMS:
+    if built.get(name) != params.get(name):
+      flag = (f"--{name} {_flag_value(built.get(name))}"
+              if not name.endswith("_scheme") else "the version that built it")
+      problems.append(
+          f"--against {index.path}: the index was built with {name}="
+          f"{_flag_value(built.get(name))}, this run has {name}="
+          f"{_flag_value(params.get(name))}; rerun with {flag}, or build a"
+          " new index over the whole corpus (without --against)")
+  return problems
+
+
+def index_params(run_params: dict) -> dict:
+  """The parameters an index records (and a run against it must match)."""
+  return {name: run_params[name] for name in MATCHED_PARAMS}
+
+
+def build_manifest(params: dict, files: Sequence[InputFile], num_shards: int,
+                   counts: Dict[str, int], shards: Dict[str, List[str]],
+                   version: str) -> dict:
+  """The manifest of an index over ``files`` with ``num_shards`` shards, of
+  which ``shards`` (``{"keys": [file name, ...], "docs": [...]}``) hold
+  rows."""
+  files = sorted(files, key=lambda f: f.index)
+  return {
+      "format": INDEX_FORMAT,
+      "format_version": FORMAT_VERSION,
+      "version": version,
+      "params": index_params(params),
+      "num_shards": num_shards,
+      "next_file_index": files[-1].index + 1 if files else 0,
+      "files": [f._asdict() for f in files],
+      "counts": {name: counts.get(name, 0)
+                 for name in ("index_docs", "index_kept", "index_keys")},
+      "shards": {kind: sorted(shards.get(kind, ())) for kind in
+                 (KEYS_DIR, DOCS_DIR)},
+  }
+
+
+# --- reading -----------------------------------------------------------------
+
+
+class ReadIndex(beam.PTransform):
+  """An index's shard files → ``{"keys": (shard, KeyShard), "signatures":
+  SignatureBatch, "docs": (node shard, Arrow IPC bytes)}``, re-sharded to
+  ``config.lsh_shards``. Each shard file is read by one worker, one row
+  group at a time (``docs`` only when ``with_rows``, for an updated index).
+
+  Args:
+    index: the :class:`Index` (from :func:`read_manifest`).
+    config: the run's ``lsh_shards`` and ``num_perm``.
+    with_rows: also return the document rows, for writing an updated index.
+  """
+
+  def __init__(self, index: Index, config: DedupConfig,
+               with_rows: bool = False):
+    super().__init__()
+    self._index = index
+    self._config = config
+    self._with_rows = with_rows
+
+  def expand(self, pbegin):
+    n = self._config.lsh_shards
+    keys = (pbegin
+            | "ListKeyShards" >> beam.Create(self._index.shard_paths(KEYS_DIR))
+            | "SpreadKeyShards" >> beam.Reshuffle()
+            | "ReadKeyShards" >> beam.ParDo(_ReadKeysFn(n)))
+    docs = (pbegin
+            | "ListDocShards" >> beam.Create(self._index.shard_paths(DOCS_DIR))
+            | "SpreadDocShards" >> beam.Reshuffle()
+            | "ReadDocShards" >> beam.ParDo(
+                _ReadDocsFn(n, self._config.num_perm,
+                            self._with_rows)).with_outputs("rows",
+                                                           main="signatures"))
+    out = {"keys": keys, "signatures": docs.signatures}
+    if self._with_rows:
+      out["docs"] = docs.rows
+    return out
+
+
+def _row_groups(path: str):
+  with open_parquet(path) as parquet:
+    for group in range(parquet.num_row_groups):
+      yield parquet.read_row_group(group)
+
+
+@beam.typehints.with_output_types(Tuple[int, KeyShard])
+class _ReadKeysFn(beam.DoFn):
+
+  def __init__(self, num_shards: int):
+    self._num_shards = num_shards
+
+  def process(self, path: str):
+    for table in _row_groups(path):
+      keys = table.column("key").to_numpy().astype(np.uint64)
+      ids = table.column("doc_id").to_numpy().astype(np.int64)
+      digests = table.column("digest").to_numpy().astype(np.uint64)
+      yield from ((shard, KeyShard(*parts)) for shard, parts in
+                  lsh_kernels.split_by_shard(
+                      lsh_kernels.shard_of(keys, self._num_shards), keys, ids,
+                      digests))
+
+
+@beam.typehints.with_output_types(SignatureBatch)
+class _ReadDocsFn(beam.DoFn):
+
+  def __init__(self, num_shards: int, num_perm: int, with_rows: bool):
+    self._num_shards = num_shards
+    self._num_perm = num_perm
+    self._with_rows = with_rows
+
+  def process(self, path: str):
+    for table in _row_groups(path):
+      ids = table.column("doc_id").to_numpy().astype(np.int64)
+      sigs = signature_array(table, self._num_perm)
+      yield SignatureBatch(ids, sigs)
+      if self._with_rows:
+        shards = lsh_kernels.node_shard(ids, self._num_shards)
+        for shard, (rows,) in lsh_kernels.split_by_shard(
+            shards, np.arange(len(ids))):
+          yield beam.pvalue.TaggedOutput("rows", (shard, to_ipc(
+              table.take(rows))))
+
+
+def signature_array(table, num_perm: int) -> np.ndarray:
+  """The ``signature`` column of a docs table as uint32[n, K]."""
+  column = table.column("signature").combine_chunks()
+  return column.flatten().to_numpy().astype(np.uint32).reshape(-1, num_perm)
+
+
+def to_ipc(table) -> bytes:
+  """An Arrow table as IPC stream bytes (what doc rows travel as)."""
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  sink = io.BytesIO()
+  with pa.ipc.new_stream(sink, table.schema) as writer:
+    writer.write_table(table)
+  return sink.getvalue()
+
+
+def from_ipc(data: bytes):
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  return pa.ipc.open_stream(data).read_all()
+
+
+# --- writing -----------------------------------------------------------------
+
+
+def docs_schema(num_perm: int):
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  return pa.schema([("doc_id", pa.int64()), ("kept", pa.bool_()),
+                    ("id", pa.string()), ("source", pa.string()),
+                    ("position", pa.int64()),
+                    ("signature", pa.list_(pa.uint32(), num_perm))])
+
+
+def keys_schema():
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  return pa.schema([("key", pa.uint64()), ("doc_id", pa.int64()),
+                    ("digest", pa.uint64())])
+
+
+class WriteIndex(beam.PTransform):
+  """Writes an index of this run's signed documents (and the rows of the
+  index it ran against, if any) under ``path``; its ``manifest.json`` last,
+  once every shard file is written and ``done`` (the run's finalized
+  outputs) has an element, so a folder with a manifest is complete.
+
+  Inputs (a dict): ``keys`` ``(shard, KeyShard)`` and ``signatures``
+  (this run's, from :class:`~transforms.near_dedup.NearDedup`),
+  ``clusters`` ``(doc_id, ClusterInfo)`` of this run's documents, ``users``
+  ``(doc_id, user id)``, ``files`` (this run's :class:`InputFile`), ``done``;
+  optional ``old_keys`` and ``old_docs`` from :class:`ReadIndex`.
+
+  Args:
+    path: the index folder (empty or new).
+    config: the run's parameters (``lsh_shards`` is the index's shards).
+    params: the run's parameters as stats.json records them.
+    old_files: the files of the index this run ran against (or none).
+    version: this package's version, recorded in the manifest.
+  """
+
+  def __init__(self, path: str, config: DedupConfig, params: dict,
+               old_files: Sequence[InputFile], version: str):
+    super().__init__()
+    self._path = path
+    self._config = config
+    self._params = params
+    self._old_files = list(old_files)
+    self._version = version
+
+  def expand(self, inputs):
+    n = self._config.lsh_shards
+    keys = [inputs["keys"]] + ([inputs["old_keys"]] if "old_keys" in inputs
+                               else [])
+    written_keys = (keys | "AllKeys" >> beam.Flatten()
+                    | "GroupKeyShards" >> beam.GroupByKey()
+                    | "WriteKeyShard" >> beam.ParDo(_WriteKeysFn(self._path,
+                                                                 n)))
+    sources = beam.pvalue.AsDict(inputs["files"] | "FilePaths" >> beam.Map(
+        lambda f: (f.index, f.path)))
+    new_docs = ({"signatures": inputs["signatures"]
+                             | "RouteSignatures" >> beam.ParDo(
+                                 _RouteSignaturesFn(n)),
+                 "users": inputs["users"]
+                          | "BatchUsers" >> beam.BatchElements(
+                              min_batch_size=64, max_batch_size=4096)
+                          | "RouteUsers" >> beam.ParDo(_RouteUsersFn(n)),
+                 "clusters": inputs["clusters"]
+                             | "RouteClusters" >> beam.Map(
+                                 _route_cluster, n)}
+                | "JoinDocShards" >> beam.CoGroupByKey()
+                | "DocRows" >> beam.ParDo(_DocRowsFn(self._config.num_perm),
+                                          sources))
+    docs = [new_docs] + ([inputs["old_docs"]] if "old_docs" in inputs else [])
+    written_docs = (docs | "AllDocs" >> beam.Flatten()
+                    | "GroupDocShards" >> beam.GroupByKey()
+                    | "WriteDocShard" >> beam.ParDo(
+                        _WriteDocsFn(self._path, n, self._config.num_perm)))
+    written = ((written_keys, written_docs) | "ShardCounts" >> beam.Flatten()
+               | "SumShardCounts" >> beam.CombinePerKey(sum))
+    return ({"written": written | "KeyCounts" >> beam.Map(
+                 lambda kv: (None, kv)),
+             "files": inputs["files"] | "KeyFiles" >> beam.Map(
+                 lambda f: (None, f)),
+             "done": inputs["done"] | "KeyDone" >> beam.Map(
+                 lambda d: (None, None))}
+            | "JoinForManifest" >> beam.CoGroupByKey()
+            | "WriteManifest" >> beam.Map(self._write_manifest))
+
+  def _write_manifest(self, element):
+    _, grouped = element
+    if not list(grouped["done"]):
+      return None
+    counts, shards = {}, {}
+    for (kind, name), value in grouped["written"]:
+      counts[kind] = counts.get(kind, 0) + value
+      if name is not None:
+        shards.setdefault(kind, []).append(name)
+    files = self._old_files + list(grouped["files"])
+    manifest = build_manifest(self._params, files, self._config.lsh_shards,
+                              counts, shards, self._version)
+    with FileSystems.create(FileSystems.join(self._path,
+                                             MANIFEST_FILE)) as handle:
+      handle.write(json.dumps(manifest, indent=2, sort_keys=True).encode(
+          "utf-8") + b"\n")
+    return manifest
+
+
+class _RouteSignaturesFn(beam.DoFn):
+
+  def __init__(self, num_shards: int):
+    self._num_shards = num_shards
+
+  def process(self, batch):
+    ids, sigs = batch
+    for shard, (shard_ids, shard_sigs) in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(ids, self._num_shards), ids, sigs):
+      yield shard, SignatureBatch(shard_ids, shard_sigs)
+
+
+class _RouteUsersFn(beam.DoFn):
+  """``(doc_id, user id)`` batches → ``(node shard, (ids, JSON ids))``."""
+
+  def __init__(self, num_shards: int):
+    self._num_shards = num_shards
+
+  def process(self, batch):
+    ids = np.fromiter((d for d, _ in batch), dtype=np.int64, count=len(batch))
+    users = np.array([None if u is None else json.dumps(u, ensure_ascii=False,
+                                                         default=str)
+                      for _, u in batch], dtype=object)
+    for shard, (shard_ids, shard_users) in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(ids, self._num_shards), ids, users):
+      yield shard, (shard_ids, shard_users.tolist())
+
+
+def _route_cluster(element, num_shards: int):
+  doc_id, info = element
+  shard = int(lsh_kernels.node_shard(np.array([doc_id]), num_shards)[0])
+  return shard, (doc_id, info.kept)
+
+
+class _DocRowsFn(beam.DoFn):
+  """One node shard's signatures, user ids and kept flags → its doc rows
+  (Arrow IPC bytes)."""
+
+  def __init__(self, num_perm: int):
+    self._num_perm = num_perm
+
+  def process(self, element, sources):
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    shard, grouped = element
+    if not grouped["signatures"]:
+      return
+    ids, sigs = lsh_kernels.concat_arrays(grouped["signatures"])
+    users = {}
+    for user_ids, values in grouped["users"]:
+      users.update(zip(user_ids.tolist(), values))
+    removed = {doc_id for doc_id, kept in grouped["clusters"] if not kept}
+    files, rows = split_doc_id(ids)
+    table = pa.table({
+        "doc_id": pa.array(ids, pa.int64()),
+        "kept": pa.array([d not in removed for d in ids.tolist()], pa.bool_()),
+        "id": pa.array([users.get(d) for d in ids.tolist()], pa.string()),
+        "source": pa.array([sources[f] for f in files.tolist()], pa.string()),
+        "position": pa.array(rows + 1, pa.int64()),
+        "signature": pa.FixedSizeListArray.from_arrays(
+            pa.array(sigs.ravel(), pa.uint32()), self._num_perm),
+    }, schema=docs_schema(self._num_perm))
+    yield shard, to_ipc(table)
+
+
+def _write_parquet(path: str, table) -> None:
+  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+  with FileSystems.create(path) as handle:
+    pq.write_table(table, handle, row_group_size=1 << 20)
+
+
+class _WriteKeysFn(beam.DoFn):
+
+  def __init__(self, path: str, num_shards: int):
+    self._path = path
+    self._num_shards = num_shards
+
+  def process(self, element):
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    shard, parts = element
+    keys, ids, digests = lsh_kernels.concat_arrays(parts)
+    order = np.lexsort((ids, keys))
+    table = pa.table({"key": keys[order], "doc_id": ids[order],
+                      "digest": digests[order]}, schema=keys_schema())
+    name = shard_name(shard, self._num_shards)
+    _write_parquet(FileSystems.join(self._path, KEYS_DIR, name), table)
+    yield (KEYS_DIR, name), 0
+    yield ("index_keys", None), len(keys)
+
+
+class _WriteDocsFn(beam.DoFn):
+
+  def __init__(self, path: str, num_shards: int, num_perm: int):
+    self._path = path
+    self._num_shards = num_shards
+    self._num_perm = num_perm
+
+  def process(self, element):
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    shard, parts = element
+    table = pa.concat_tables([from_ipc(p) for p in parts]).cast(
+        docs_schema(self._num_perm))
+    table = table.take(np.argsort(table.column("doc_id").to_numpy(),
+                                  kind="stable"))
+    name = shard_name(shard, self._num_shards)
+    _write_parquet(FileSystems.join(self._path, DOCS_DIR, name), table)
+    yield (DOCS_DIR, name), 0
+    yield ("index_docs", None), table.num_rows
+    yield ("index_kept", None), int(np.count_nonzero(
+        table.column("kept").to_numpy(zero_copy_only=False)))
