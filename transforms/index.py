@@ -38,6 +38,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.config import DedupConfig
 from transforms.elements import KeyShard, SignatureBatch
+from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
 from transforms.read import InputFile, make_doc_id, open_parquet, split_doc_id
 
@@ -351,7 +352,7 @@ class WriteIndex(beam.PTransform):
                  "clusters": inputs["clusters"]
                              | "RouteClusters" >> beam.Map(
                                  _route_cluster, n)}
-                | "JoinDocShards" >> beam.CoGroupByKey()
+                | "JoinDocShards" >> JoinByKey()
                 | "DocRows" >> beam.ParDo(_DocRowsFn(self._config.num_perm),
                                           sources))
     docs = [new_docs] + ([inputs["old_docs"]] if "old_docs" in inputs else [])
@@ -361,13 +362,14 @@ class WriteIndex(beam.PTransform):
                         _WriteDocsFn(self._path, n, self._config.num_perm)))
     written = ((written_keys, written_docs) | "ShardCounts" >> beam.Flatten()
                | "SumShardCounts" >> beam.CombinePerKey(sum))
+    # One key: the manifest is written once, after every shard and output.
     return ({"written": written | "KeyCounts" >> beam.Map(
-                 lambda kv: (None, kv)),
+                 lambda kv: (0, kv)),
              "files": inputs["files"] | "KeyFiles" >> beam.Map(
-                 lambda f: (None, f)),
+                 lambda f: (0, f)),
              "done": inputs["done"] | "KeyDone" >> beam.Map(
-                 lambda d: (None, None))}
-            | "JoinForManifest" >> beam.CoGroupByKey()
+                 lambda d: (0, None))}
+            | "JoinForManifest" >> JoinByKey()
             | "WriteManifest" >> beam.Map(self._write_manifest))
 
   def _write_manifest(self, element):

@@ -11,7 +11,7 @@ arrive. ``--verify none`` is :class:`ReduceUnverified`.
   (:class:`~transforms.elements.VerifiedEdges`), a spanning forest of the
   pairs that passed (similarity NaN if unknown)
 
-Every join here is a :class:`~apache_beam.CoGroupByKey` of a shard's
+Every join here is a :class:`~transforms.join.JoinByKey` of a shard's
 ``values`` (``(ids, values)``) with what asks for them.
 """
 
