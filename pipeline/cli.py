@@ -21,8 +21,9 @@ from apache_beam.runners.runner import PipelineState
 
 from pipeline import engines, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
-                              config_from_options, known_flags, unknown_flags)
-from pipeline.preflight import check_inputs
+                              config_from_options, known_flags, output_options,
+                              unknown_flags)
+from pipeline.preflight import check_inputs, dataset_patterns
 from transforms import metrics
 from transforms.config import ConfigError
 from transforms.finalize import SUCCESS_FILE
@@ -36,7 +37,7 @@ DEFAULT_RUNNER = "FnApiRunner"
 PRISM_RUNNERS = ("PrismRunner", "DirectRunner")
 # Failures a user can fix, raised in workers: their message is the error.
 _USER_ERRORS = ("InputReadError", "InputChangedError", "NoTextFieldError",
-                "FileExistsError", "ConfigError")
+                "FileExistsError", "ConfigError", "AnnotationConflictError")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -61,7 +62,8 @@ def main(argv: Optional[List[str]] = None) -> int:
   except (ConfigError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  patterns = [p.strip() for p in opts.input.split(",") if p.strip()]
+  patterns = dataset_patterns(
+      [p.strip() for p in opts.input.split(",") if p.strip()])
   problems = preflight(patterns, opts)
   if problems:
     for problem in problems:
@@ -75,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     with beam.Pipeline(options=opts) as p:
       job.build(p, patterns, opts.output, config, opts.input_format,
                 opts.text_field, opts.id_field, overwrite=opts.overwrite,
-                started=started)
+                started=started, output_options=output_options(opts))
   except Exception as e:  # pylint: disable=broad-except
     return _job_failed(e, opts.output)
   if p.result.state == PipelineState.DONE:
@@ -181,7 +183,8 @@ def parse_options(argv: List[str]) -> Union[DedupOptions, int]:
 def preflight(patterns: List[str], opts: DedupOptions) -> List[str]:
   """Every problem with the inputs and the output folder, one line each,
   before anything is written (see :mod:`pipeline.preflight`)."""
-  _, problems = check_inputs(patterns, opts.input_format, opts.text_field)
+  _, problems = check_inputs(patterns, opts.input_format, opts.text_field,
+                             opts.annotate)
   return problems + check_output(opts.output, opts.overwrite)
 
 

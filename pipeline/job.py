@@ -17,12 +17,13 @@ from transforms.kernels.reference_text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
 from transforms.report import REPORT_HTML, REPORT_JSON, WriteReport
 from transforms.verify import ServeTextsFromFiles
-from transforms.write import (CLUSTERS_DIR, DEDUPED_DIR, REJECTED_DIR,
-                              STATS_FILE, WriteResults, WriteStats)
+from transforms.write import (ANNOTATED_DIR, CLUSTERS_DIR, DEDUPED_DIR,
+                              REJECTED_DIR, REMOVED_DIR, STATS_FILE,
+                              OutputOptions, WriteResults, WriteStats)
 
 # What a run leaves under --output (besides _SUCCESS).
 OUTPUT_NAMES = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE,
-                REPORT_JSON, REPORT_HTML)
+                REPORT_JSON, REPORT_HTML, ANNOTATED_DIR, REMOVED_DIR)
 
 
 def run_params(config: DedupConfig) -> dict:
@@ -38,14 +39,16 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
           config: DedupConfig, input_format: str = "auto",
           text_field: str = "text", id_field: str = "id",
           overwrite: bool = False, run_id: Optional[str] = None,
-          started: Optional[float] = None):
+          started: Optional[float] = None,
+          output_options: OutputOptions = OutputOptions()):
   """Adds the whole job to ``pipeline``; returns the stats PCollection.
 
   Everything is written under ``output``'s staging folder for ``run_id``
   (a fresh one when None) and moved into ``output`` by the job's last step
   (:class:`~transforms.finalize.FinalizeOutput`), which replaces an earlier
   run's outputs only if ``overwrite``. ``started`` (``time.time()`` at
-  launch) gives the report its ``wall_seconds``.
+  launch) gives the report its ``wall_seconds``; ``output_options``
+  selects annotations, the removal list and the output compression.
   """
   final = output
   output = staging_path(final, run_id or uuid.uuid4().hex[:16])
@@ -60,12 +63,15 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
       ServeTextsFromFiles(read["files"], text_field, id_field))
   written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
               "files": read["files"]}
-             | "WriteResults" >> WriteResults(output, id_field))
+             | "WriteResults" >> WriteResults(output, id_field,
+                                              output_options))
   counts = ((read["counts"], dedup["counts"], written)
             | "AllCounts" >> beam.Flatten())
   # The effective configuration (flags, --config file and defaults merged).
+  # Output options only when set, so default runs' stats stay as they were.
   params = dict(run_params(config), input_format=input_format,
-                text_field=text_field, id_field=id_field)
+                text_field=text_field, id_field=id_field,
+                **output_options.non_default())
   stats = counts | "WriteStats" >> WriteStats(output, params)
   report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
              "files": read["files"]}
