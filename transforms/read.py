@@ -393,11 +393,9 @@ def _columnar_records(source: InputFile, text_field: str, id_field: str):
   files are read by column (text and id only; ``record`` None, a
   rejection's excerpt shows those columns); Parquet rows keep every column
   in ``record``."""
-  with open_batches(source) as (names, batches):
+  columns = None if source.format == "parquet" else [text_field, id_field]
+  with open_batches(source, columns) as (names, batches):
     has_text, has_id = text_field in names, id_field in names
-    if source.format == "arrow":
-      batches = (b.select(list(dict.fromkeys(
-          c for c in (text_field, id_field) if c in names))) for b in batches)
     row = 0
     for batch in batches:
       for obj in batch.to_pylist():
@@ -457,17 +455,19 @@ def _projected_batches(path: str, reader, columns=None):
 @contextlib.contextmanager
 def open_batches(source: InputFile, columns=None):
   """``(column names, record batches)`` of a Parquet or Arrow IPC input:
-  the file's column names, and its batches in row order with only
-  ``columns`` when given; read errors name the file."""
-  if source.format == "parquet":
-    with open_parquet(source.path) as parquet:
+  the file's column names, and its batches in row order with only those of
+  ``columns`` (when given) that the file has; read errors name the file."""
+  with (open_parquet(source.path) if source.format == "parquet"
+        else open_arrow(source.path)) as opened:
+    names = (opened.schema_arrow if source.format == "parquet"
+             else opened[0].schema).names
+    if columns is not None:
+      columns = list(dict.fromkeys(c for c in columns if c in names))
+    if source.format == "parquet":
       kwargs = {} if columns is None else {"columns": columns}
-      yield (parquet.schema_arrow.names,
-             iter_parquet_batches(source.path, parquet, **kwargs))
-  else:
-    with open_arrow(source.path) as (reader, _):
-      yield reader.schema.names, _projected_batches(source.path, reader,
-                                                    columns)
+      yield names, iter_parquet_batches(source.path, opened, **kwargs)
+    else:
+      yield names, _projected_batches(source.path, opened[0], columns)
 
 
 def parse_record(line: bytes, input_format: str, source: str, row: int,
