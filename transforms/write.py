@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import annotate, metrics
 from transforms.stats import finalize_stats
-from transforms.read import (COLUMNAR_FORMATS, OUTPUT_CODECS,
+from transforms.read import (ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
                              InputChangedError, check_unchanged,
                              compression_suffix, create_stream, field_value,
                              iter_raw_lines, line_content, make_doc_id,
@@ -201,7 +201,8 @@ class _WriteFileFn(metrics.MeteredDoFn):
   def _deduped_path(self, source, chunk):
     if source.format == "arrow":
       # The input's own extension (.arrow, .feather, ...).
-      extension = source.path.rsplit(".", 1)[-1].lower()
+      extension = next((suffix[1:] for suffix in ARROW_SUFFIXES
+                        if source.path.lower().endswith(suffix)), "arrow")
     else:
       extension = _EXTENSIONS[source.format] + self._line_suffix(source)
     return join_path(self._output, ANNOTATED_DIR if self._options.annotate
