@@ -23,8 +23,8 @@ import pyarrow as pa
 FIELDS = ("dup_doc_id", "dup_cluster_id", "dup_cluster_size", "dup_kept",
           "dup_kept_doc_id", "dup_matched_doc_id", "dup_matched_id",
           "dup_matched_jaccard", "dup_jaccard_to_kept", "dup_chain_kept")
-_JSON_NAMES = tuple(json.dumps(name).encode("utf-8") + b": "
-                    for name in FIELDS)
+# One encoder for every row (json.dumps with options builds one per call).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
 class AnnotationConflictError(ValueError):
@@ -72,9 +72,8 @@ def annotate_line(line: bytes, values: Sequence[Any], where: str) -> bytes:
     _check_no_conflict(body, where)
   content = body.rstrip()
   trailing = body[len(content):]
-  added = b", ".join(
-      name + json.dumps(value, ensure_ascii=False, default=str).encode(
-          "utf-8") for name, value in zip(_JSON_NAMES, values))
+  # The fields as one JSON object, without its braces.
+  added = _ENCODE(dict(zip(FIELDS, values))).encode("utf-8")[1:-1]
   head = content[:-1]
   separator = b"" if head.rstrip().endswith(b"{") else b", "
   return head + separator + added + b"}" + trailing + ending
