@@ -169,3 +169,18 @@ def test_kept_rows_are_written_back_in_the_same_flavour(tmp_path, flavour):
           else pa.ipc.open_stream(annotated)).read_all()
   assert back.num_rows == 6 and back.schema.metadata == table.schema.metadata
   assert back.column("dup_kept").to_pylist() == [True] * 4 + [False, True]
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--input", "x/*.arrow"], "convert Parquet or Arrow inputs"),
+    (["--input", "x/*.jsonl", "--annotate"], "are batch-job flags"),
+    (["--input", "x/*.jsonl", "--output_compression", "gzip"],
+     "are batch-job flags"),
+])
+def test_streaming_refuses_arrow_inputs_and_batch_output_flags(extra,
+                                                               message):
+  from apache_beam.options.pipeline_options import PipelineOptions
+  from pipeline import streaming
+  options = PipelineOptions(extra + ["--output", "out", "--streaming"])
+  with pytest.raises(ValueError, match=message):
+    streaming.check_io(options)
