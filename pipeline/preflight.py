@@ -332,9 +332,11 @@ def _check_jsonl(path: str, lines: List[bytes], text_field: str,
             "--input_format text"]
   if objects and not any(field_value(o, text_field)[0] for o in objects):
     fields = sorted({name for o in objects for name in _field_paths(o)})
+    nested = " (a dotted path for a nested one)" if any(
+        "." in name for name in fields) else ""
     return [f"{path}: no record of the first {len(objects)} has the field "
             f"{text_field!r} (fields: {', '.join(fields[:20])}); pass "
-            "--text_field with one of them (a dotted path for a nested one)"]
+            f"--text_field with one of them{nested}"]
   conflicts = sorted({name for o in objects for name in o
                       if name in ANNOTATION_FIELDS}) if annotate else []
   if conflicts:
