@@ -21,8 +21,9 @@ from apache_beam.runners.runner import PipelineState
 
 from pipeline import engines, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
-                              config_from_options, known_flags, unknown_flags)
-from pipeline.preflight import check_index, check_inputs
+                              config_from_options, known_flags, output_options,
+                              unknown_flags)
+from pipeline.preflight import check_index, check_inputs, dataset_patterns
 from transforms import metrics
 from transforms.config import ConfigError
 from transforms.finalize import SUCCESS_FILE
@@ -37,7 +38,7 @@ DEFAULT_RUNNER = "FnApiRunner"
 PRISM_RUNNERS = ("PrismRunner", "DirectRunner")
 # Failures a user can fix, raised in workers: their message is the error.
 _USER_ERRORS = ("InputReadError", "InputChangedError", "NoTextFieldError",
-                "FileExistsError", "ConfigError")
+                "FileExistsError", "ConfigError", "AnnotationConflictError")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -62,7 +63,8 @@ def main(argv: Optional[List[str]] = None) -> int:
   except (ConfigError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  patterns = [p.strip() for p in opts.input.split(",") if p.strip()]
+  patterns = dataset_patterns(
+      [p.strip() for p in opts.input.split(",") if p.strip()])
   index, problems = preflight(patterns, opts, config)
   if problems:
     for problem in problems:
@@ -76,7 +78,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     with beam.Pipeline(options=opts) as p:
       job.build(p, patterns, opts.output, config, opts.input_format,
                 opts.text_field, opts.id_field, overwrite=opts.overwrite,
-                started=started, against=index, index_out=opts.index_out)
+                started=started, output_options=output_options(opts),
+                against=index, index_out=opts.index_out)
   except Exception as e:  # pylint: disable=broad-except
     return _job_failed(e, opts.output)
   if p.result.state == PipelineState.DONE:
@@ -185,7 +188,7 @@ def preflight(patterns: List[str], opts: DedupOptions, config
   output folder and the indexes, one line each, before anything is written
   (see :mod:`pipeline.preflight`)."""
   files, problems = check_inputs(patterns, opts.input_format,
-                                 opts.text_field)
+                                 opts.text_field, opts.annotate)
   problems += check_output(opts.output, opts.overwrite)
   if not (opts.against or opts.index_out):
     return None, problems

@@ -18,12 +18,13 @@ from transforms.kernels.reference_text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
 from transforms.report import REPORT_HTML, REPORT_JSON, WriteReport
 from transforms.verify import ServeTextsFromFiles
-from transforms.write import (CLUSTERS_DIR, DEDUPED_DIR, REJECTED_DIR,
-                              STATS_FILE, WriteResults, WriteStats)
+from transforms.write import (ANNOTATED_DIR, CLUSTERS_DIR, DEDUPED_DIR,
+                              REJECTED_DIR, REMOVED_DIR, STATS_FILE,
+                              OutputOptions, WriteResults, WriteStats)
 
 # What a run leaves under --output (besides _SUCCESS).
 OUTPUT_NAMES = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE,
-                REPORT_JSON, REPORT_HTML)
+                REPORT_JSON, REPORT_HTML, ANNOTATED_DIR, REMOVED_DIR)
 
 
 def run_params(config: DedupConfig) -> dict:
@@ -48,7 +49,8 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
           text_field: str = "text", id_field: str = "id",
           overwrite: bool = False, run_id: Optional[str] = None,
           started: Optional[float] = None, against: Optional[Index] = None,
-          index_out: Optional[str] = None):
+          index_out: Optional[str] = None,
+          output_options: OutputOptions = OutputOptions()):
   """Adds the whole job to ``pipeline``; returns the stats PCollection.
 
   ``against`` (an :class:`~transforms.index.Index`): deduplicate the inputs
@@ -60,7 +62,8 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   (a fresh one when None) and moved into ``output`` by the job's last step
   (:class:`~transforms.finalize.FinalizeOutput`), which replaces an earlier
   run's outputs only if ``overwrite``. ``started`` (``time.time()`` at
-  launch) gives the report its ``wall_seconds``.
+  launch) gives the report its ``wall_seconds``; ``output_options``
+  selects annotations, the removal list and the output compression.
   """
   final = output
   output = staging_path(final, run_id or uuid.uuid4().hex[:16])
@@ -87,10 +90,13 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
               "files": read["files"]}
              | "WriteResults" >> WriteResults(output, id_field,
-                                              indexed_paths))
+                                              output_options,
+                                              indexed=indexed_paths))
   counts = ((read["counts"], dedup["counts"], written)
             | "AllCounts" >> beam.Flatten())
-  params = effective_params(config, input_format, text_field, id_field)
+  # Output options only when set, so default runs' stats stay as they were.
+  params = dict(effective_params(config, input_format, text_field, id_field),
+                **output_options.non_default())
   stats = counts | "WriteStats" >> WriteStats(output, params)
   report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
              "files": read["files"]}

@@ -16,6 +16,7 @@ from apache_beam.options.pipeline_options import (PipelineOptions,
 from transforms.config import (KEEP_POLICIES, SHINGLE_UNITS, SKETCHES,
                                VERIFY_MODES, DedupConfig)
 from transforms.read import FORMATS
+from transforms.write import OUTPUT_COMPRESSIONS, OutputOptions
 
 import pipeline
 
@@ -71,6 +72,7 @@ class DedupOptions(PipelineOptions):
                         " command line override it.")
     add_io_arguments(parser)
     add_index_arguments(parser)
+    add_output_arguments(parser)
     add_detection_arguments(parser)
 
 
@@ -102,11 +104,16 @@ def add_io_arguments(parser) -> None:
   io.add_argument("--input_format", default="auto",
                   choices=("auto",) + FORMATS,
                   help="auto picks by extension: .jsonl/.ndjson/.json,"
-                  " .parquet, anything else is text (one doc per line).")
+                  " .parquet, .arrow/.feather (Arrow IPC), anything else is"
+                  " text (one doc per line).")
   io.add_argument("--text_field", default="text",
-                  help="JSONL field / Parquet column holding the text.")
+                  help="JSONL field / Parquet or Arrow column holding the"
+                  " text; a dotted JSONL path (metadata.body) reaches into"
+                  " nested objects, a top-level key spelled with the dot"
+                  " wins.")
   io.add_argument("--id_field", default="id",
-                  help="Optional user id field, reported in clusters/.")
+                  help="Optional user id field (dotted like --text_field),"
+                  " reported in clusters/.")
   add_bool_flag(io, "--overwrite", False,
                 "Replace the outputs of an earlier run in --output.")
 
@@ -121,6 +128,29 @@ def add_index_arguments(parser) -> None:
                      help="Deduplicate the inputs against the index an"
                      " earlier run wrote with --index_out: a document similar"
                      " to an indexed one is removed.")
+
+
+def add_output_arguments(parser) -> None:
+  """Adds the flags of :class:`~transforms.write.OutputOptions`."""
+  out = parser.add_argument_group("outputs")
+  add_bool_flag(out, "--annotate", False,
+                "Write every document to annotated/ (instead of the kept"
+                " ones to deduped/) with the fields dup_cluster_id,"
+                " dup_cluster_size, dup_kept and the explanation added.")
+  add_bool_flag(out, "--removal_list", False,
+                "Also write removed/: Parquet rows (id, source, position,"
+                " cluster_id, kept_doc_id, ...) of every removed document.")
+  out.add_argument("--output_compression", default="auto",
+                   choices=OUTPUT_COMPRESSIONS,
+                   help="Compression of JSONL and text outputs in deduped/"
+                   " or annotated/: auto = that of each input file.")
+
+
+def output_options(options: PipelineOptions) -> OutputOptions:
+  """The write stage's :class:`OutputOptions` for these options."""
+  view = options.view_as(DedupOptions)
+  return OutputOptions(view.annotate, view.removal_list,
+                       view.output_compression)
 
 
 def add_detection_arguments(parser, only: Sequence[str] = None) -> None:

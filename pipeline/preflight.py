@@ -3,9 +3,12 @@ naming the file and the fix, and nothing is deleted or written first.
 
 Each matched file must be a regular, readable file whose bytes agree with how
 it will be read: compression magic versus extension (gzip, bzip2, zstd, xz),
-Parquet magic and footer, JSON objects in a JSONL sample, and the text field
-in the Parquet schema or in the sampled JSONL records (the fields there are
-are listed). A truncated compressed stream can only be found by reading all
+Parquet magic and footer, Arrow IPC magic (file or stream format), JSON
+objects in a JSONL sample, and the text field in the Parquet or Arrow schema
+or in the sampled JSONL records (the fields there are are listed). A
+Hugging Face ``datasets.save_to_disk`` folder given as ``--input`` stands
+for its data files (:func:`dataset_patterns`); its metadata files matched
+by a glob are refused, never read as data. A truncated compressed stream can only be found by reading all
 of it; the job does that and fails naming the file.
 """
 
@@ -21,11 +24,14 @@ from typing import List, Optional, Sequence, Tuple
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.annotate import FIELDS as ANNOTATION_FIELDS
+from transforms.annotate import conflicting_columns
 from transforms.index import (Index, IndexFolderError, incompatibilities,
                               read_manifest)
-from transforms.read import (InputFile, InputReadError, compression_of,
-                                  expand_inputs, iter_lines, line_content,
-                                  open_parquet)
+from transforms.read import (ARROW_FILE_MAGIC, ARROW_STREAM_MAGIC, InputFile,
+                             InputReadError, compression_of, expand_inputs,
+                             field_value, iter_lines, line_content,
+                             open_arrow, open_parquet)
 
 HEAD_BYTES = 1 << 16
 SAMPLE_LINES = 100
@@ -35,21 +41,57 @@ _PARQUET_MAGIC = b"PAR1"
 # The extension to suggest for data of each codec.
 _SUFFIX = {"gzip": "gz", "bzip2": "bz2", "zstd": "zst", "lzma": "xz",
            "deflate": "deflate"}
+# What datasets.save_to_disk writes next to its data-*.arrow files, and the
+# key that marks each as such.
+_DATASET_STATE, _DATASET_INFO, _DATASET_DICT = (
+    "state.json", "dataset_info.json", "dataset_dict.json")
+_DATASET_METADATA = {_DATASET_STATE: "_data_files",
+                     _DATASET_INFO: "features", _DATASET_DICT: "splits"}
 
 
 def check_inputs(patterns: Sequence[str], input_format: str,
-                 text_field: str) -> Tuple[List[InputFile], List[str]]:
+                 text_field: str, annotate: bool = False
+                 ) -> Tuple[List[InputFile], List[str]]:
   """``(matched files, problems)``; each problem is one line starting with
-  the pattern or file it concerns and saying how to fix it."""
+  the pattern or file it concerns and saying how to fix it. With
+  ``annotate``, inputs must be able to take the annotation fields."""
   problems = [p for pattern in patterns for p in _check_pattern(pattern)]
   try:
     files = expand_inputs(patterns, input_format)
   except ValueError as e:
     return [], problems or [str(e)]
   with concurrent.futures.ThreadPoolExecutor(_PARALLEL_FILES) as pool:
-    for found in pool.map(lambda f: _check_file(f, text_field), files):
+    for found in pool.map(lambda f: _check_file(f, text_field, annotate),
+                          files):
       problems.extend(found)
   return files, problems
+
+
+def dataset_patterns(patterns: Sequence[str]) -> List[str]:
+  """``patterns`` with each Hugging Face ``datasets.save_to_disk`` folder
+  (one holding ``state.json``) replaced by its data files, in the order
+  ``state.json`` lists them; every other pattern unchanged."""
+  resolved = []
+  for pattern in patterns:
+    folder = pattern.rstrip("/")
+    state = FileSystems.join(folder, _DATASET_STATE)
+    files = (_dataset_files(state) if _is_folder(pattern)
+             and FileSystems.exists(state) else None)
+    if files:
+      resolved.extend(FileSystems.join(folder, name) for name in files)
+    else:
+      resolved.append(pattern)
+  return resolved
+
+
+def _dataset_files(state_path: str) -> Optional[List[str]]:
+  try:
+    with FileSystems.open(
+        state_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+      state = json.loads(f.read())
+    return [entry["filename"] for entry in state["_data_files"]]
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
 
 
 def _check_pattern(pattern: str) -> List[str]:
@@ -57,6 +99,13 @@ def _check_pattern(pattern: str) -> List[str]:
   glob matches (Beam's own matching lists a folder, or skips the others)."""
   if pattern.endswith("/") or _is_folder(pattern):
     name = pattern.rstrip("/")
+    if FileSystems.exists(FileSystems.join(name, _DATASET_DICT)):
+      return [f"{pattern}: is a Hugging Face DatasetDict folder; give one "
+              f"split's folder (e.g. --input {name}/train) or its files, "
+              f"e.g. --input '{name}/*/data-*.arrow'"]
+    if FileSystems.exists(FileSystems.join(name, _DATASET_STATE)):
+      return [f"{pattern}: its {_DATASET_STATE} does not list the data files"
+              f" (_data_files); give them, e.g. --input '{name}/*.arrow'"]
     return [f"{pattern}: is a folder, not a file pattern; give the files in "
             f"it, e.g. --input '{name}/*.jsonl'"]
   if "://" in pattern:
@@ -85,8 +134,13 @@ def _is_folder(pattern: str) -> bool:
   return not exact and bool(below.metadata_list)
 
 
-def _check_file(source: InputFile, text_field: str) -> List[str]:
+def _check_file(source: InputFile, text_field: str,
+                annotate: bool = False) -> List[str]:
   path = source.path
+  if annotate and source.format == "text":
+    return [f"{path}: --annotate adds fields to each row, which plain text "
+            "has not; use clusters/ or --removal_list for text inputs, or "
+            "pass --input_format jsonl if it is JSONL"]
   try:
     with FileSystems.open(
         path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
@@ -101,19 +155,46 @@ def _check_file(source: InputFile, text_field: str) -> List[str]:
             "replace it (truncated upload?) or remove it from --input"]
   if codec != found and not (codec == "lzma" and head[:1] == b"\x5d"):
     return [_codec_mismatch(path, codec, found, head)]
+  metadata = _dataset_metadata(path, head)
+  if metadata:
+    return [metadata]
   if source.format == "parquet":
-    return _check_parquet(source, codec, text_field)
+    return _check_parquet(source, codec, text_field, annotate)
+  if source.format == "arrow":
+    return _check_arrow(source, codec, head, text_field, annotate)
   if head.startswith(_PARQUET_MAGIC):
     return [f"{path}: is a Parquet file but would be read as "
             f"{source.format} (its extension or --input_format); name it "
             "*.parquet or pass --input_format parquet"]
+  if head.startswith((ARROW_FILE_MAGIC, ARROW_STREAM_MAGIC)):
+    return [f"{path}: is an Arrow IPC file but would be read as "
+            f"{source.format} (its extension or --input_format); name it "
+            "*.arrow or pass --input_format arrow"]
   try:
     lines = _sample_lines(path)
   except InputReadError as e:
     return [str(e)]
   if source.format == "jsonl":
-    return _check_jsonl(path, lines, text_field)
+    return _check_jsonl(path, lines, text_field, annotate)
   return _check_text(path, lines)
+
+
+def _dataset_metadata(path: str, head: bytes) -> Optional[str]:
+  """The problem of a ``datasets.save_to_disk`` metadata file matched as
+  input (by its name and its marking key), else None."""
+  folder, name = path.rsplit("/", 1) if "/" in path else (".", path)
+  key = _DATASET_METADATA.get(name)
+  if key is None:
+    return None
+  try:
+    value = json.loads(head)
+  except ValueError:
+    return None
+  if not isinstance(value, dict) or key not in value:
+    return None
+  return (f"{path}: is Hugging Face datasets metadata, not data; give the "
+          f"folder (--input {folder}) or its data files, e.g. --input "
+          f"'{folder}/*.arrow'")
 
 
 def _codec_of(head: bytes) -> Optional[str]:
@@ -149,7 +230,8 @@ def _codec_mismatch(path: str, codec, found, head: bytes) -> str:
 
 
 
-def _check_parquet(source: InputFile, codec, text_field: str) -> List[str]:
+def _check_parquet(source: InputFile, codec, text_field: str,
+                   annotate: bool) -> List[str]:
   path = source.path
   if codec:
     return [f"{path}: a Parquet file is compressed inside; decompress the "
@@ -173,6 +255,34 @@ def _check_parquet(source: InputFile, codec, text_field: str) -> List[str]:
       schema = parquet.schema_arrow
   except InputReadError as e:
     return [str(e)]
+  return _check_schema(path, schema, text_field, annotate)
+
+
+def _check_arrow(source: InputFile, codec, head: bytes, text_field: str,
+                 annotate: bool) -> List[str]:
+  path = source.path
+  if codec:
+    return [f"{path}: an Arrow IPC file is compressed inside; decompress the "
+            f"{codec} wrapper and name it *.arrow"]
+  if head[:4] == b"FEA1":
+    return [f"{path}: is a Feather v1 file; convert it to Feather v2 / Arrow "
+            "IPC (pyarrow.feather.write_feather(pyarrow.feather.read_table"
+            "(path), new_path))"]
+  if not head.startswith((ARROW_FILE_MAGIC, ARROW_STREAM_MAGIC)):
+    return [f"{path}: is not an Arrow IPC file (starts with {head[:8]!r}); "
+            "pass the right --input_format or fix its extension"]
+  try:
+    with open_arrow(path) as (reader, _):
+      schema = reader.schema
+  except InputReadError as e:
+    return [str(e)]
+  return _check_schema(path, schema, text_field, annotate)
+
+
+def _check_schema(path: str, schema, text_field: str,
+                  annotate: bool) -> List[str]:
+  """The text column of a Parquet or Arrow schema, and with ``annotate``
+  no column named like an annotation field."""
   if text_field not in schema.names:
     return [f"{path}: has no column {text_field!r} (columns: "
             f"{', '.join(schema.names)}); pass --text_field with one of them"]
@@ -180,6 +290,10 @@ def _check_parquet(source: InputFile, codec, text_field: str) -> List[str]:
   if not _is_string_type(kind):
     return [f"{path}: column {text_field!r} is {kind}, not string; pass "
             "--text_field naming the text column"]
+  conflicts = conflicting_columns(schema.names) if annotate else []
+  if conflicts:
+    return [f"{path}: already has the column {conflicts[0]!r}, which "
+            "--annotate adds; rename it or run without --annotate"]
   return []
 
 
@@ -204,7 +318,8 @@ def _sample_lines(path: str) -> List[bytes]:
   return lines
 
 
-def _check_jsonl(path: str, lines: List[bytes], text_field: str) -> List[str]:
+def _check_jsonl(path: str, lines: List[bytes], text_field: str,
+                 annotate: bool = False) -> List[str]:
   objects = []
   for line in lines:
     try:
@@ -217,12 +332,29 @@ def _check_jsonl(path: str, lines: List[bytes], text_field: str) -> List[str]:
     return [f"{path}: none of its first {len(lines)} lines is a JSON object "
             f"(first: {lines[0][:60]!r}); if it is plain text, pass "
             "--input_format text"]
-  if objects and not any(text_field in o for o in objects):
-    fields = sorted({name for o in objects for name in o})
+  if objects and not any(field_value(o, text_field)[0] for o in objects):
+    fields = sorted({name for o in objects for name in _field_paths(o)})
+    nested = " (a dotted path for a nested one)" if any(
+        "." in name for name in fields) else ""
     return [f"{path}: no record of the first {len(objects)} has the field "
             f"{text_field!r} (fields: {', '.join(fields[:20])}); pass "
-            "--text_field with one of them"]
+            f"--text_field with one of them{nested}"]
+  conflicts = sorted({name for o in objects for name in o
+                      if name in ANNOTATION_FIELDS}) if annotate else []
+  if conflicts:
+    return [f"{path}: its records have the field {conflicts[0]!r}, which "
+            "--annotate adds; rename it or run without --annotate"]
   return []
+
+
+def _field_paths(obj: dict, prefix: str = "") -> List[str]:
+  """Every field of a JSON object, nested ones as dotted paths."""
+  paths = []
+  for name, value in obj.items():
+    paths.append(prefix + name)
+    if isinstance(value, dict):
+      paths.extend(_field_paths(value, f"{prefix}{name}."))
+  return paths
 
 
 def _check_text(path: str, lines: List[bytes]) -> List[str]:

@@ -30,7 +30,7 @@ from pipeline.engines import INSTALL_PRISM, find_prism
 from pipeline.options import CLI_ONLY, DedupOptions, config_from_options
 from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
                                StreamConfig, parse_duration_ms)
-from transforms.read import detect_format, iter_lines
+from transforms.read import COLUMNAR_FORMATS, detect_format, iter_lines
 from transforms.stream.dedup import PRISM_NO_SPLIT, DeduplicateStream
 from transforms.stream.messages import (REJECTED, ParseRecords, RawRecord,
                                         rejected_json, verdict_json)
@@ -114,7 +114,8 @@ class StreamingOptions(PipelineOptions):
 
 
 _FILE_ONLY = ("input", "output", "input_format", "overwrite",
-              "watch_interval", "watch_stop_after", "output_window") + CLI_ONLY
+              "watch_interval", "watch_stop_after", "output_window",
+              "annotate", "removal_list", "output_compression") + CLI_ONLY
 # Incremental dedup is batch only (README, "Incremental dedup against an
 # index", says how streaming would warm-start from an index).
 _BATCH_ONLY = ("index_out", "against")
@@ -169,9 +170,14 @@ def check_io(options: PipelineOptions) -> None:
     if getattr(files, name):
       raise ValueError(f"--{name} is batch only: run the batch job (without"
                        " --streaming) to build or use an index.")
-  if files.input and files.input_format == "parquet":
+  if files.input and detect_format(
+      files.input, files.input_format) in COLUMNAR_FORMATS:
     raise ValueError("streaming reads JSONL or text lines; convert Parquet"
-                     " inputs or use the batch job.")
+                     " or Arrow inputs or use the batch job.")
+  if files.annotate or files.removal_list or (
+      files.output_compression != "auto"):
+    raise ValueError("--annotate, --removal_list and --output_compression"
+                     " are batch-job flags; streaming writes verdicts.")
   runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
   if view.watch_interval > 0 and runner.endswith("DirectRunner"):
     raise ValueError(

@@ -311,7 +311,9 @@ def _compressed_run(base, fmt, compression):
   folder.mkdir()
   path = folder / ("_" * (4 - len(compression)) + f"corpus.{fmt}{compression}")
   _compress(path, compression, ("\n".join(lines) + "\n").encode("utf-8"))
-  out = run(folder, [path], *SEED_ARGS)
+  # Uncompressed outputs (by default they would be compressed like the
+  # input: tests/test_output_compression.py).
+  out = run(folder, [path], *SEED_ARGS, "--output_compression", "none")
   stats = stats_of(out)
   assert stats["removed"] > 30 and stats["rejected"] == (
       2 if fmt == "jsonl" else 0)

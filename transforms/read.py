@@ -1,5 +1,6 @@
-"""Reading input documents (JSONL, Parquet, plain text) from any Beam
-filesystem, with a stable id per document and a reason for every rejection."""
+"""Reading input documents (JSONL, Parquet, Arrow IPC, plain text) from any
+Beam filesystem, with a stable id per document and a reason for every
+rejection."""
 
 from __future__ import annotations
 
@@ -24,8 +25,15 @@ from transforms import metrics
 # by path, then rows), independent of bundling, and fit in a signed int64.
 ROW_BITS = 40
 MAX_FILES = 1 << (63 - ROW_BITS)
-FORMATS = ("jsonl", "parquet", "text")
+FORMATS = ("jsonl", "parquet", "arrow", "text")
+# Formats read as Arrow record batches (by column), the others line by line.
+COLUMNAR_FORMATS = ("parquet", "arrow")
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+# Arrow IPC: the file format (Feather v2, ``ARROW1`` magic) and the stream
+# format (Hugging Face ``datasets.save_to_disk``'s ``data-*.arrow``).
+ARROW_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
+ARROW_FILE_MAGIC = b"ARROW1"
+ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
 # Beam's suffixes (CompressionTypes.detect_compression_type), by codec.
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd",
                 ".zstd": "zstd", ".deflate": "deflate", ".lzma": "lzma",
@@ -42,7 +50,8 @@ _READ_ERRORS = (EOFError, OSError, ValueError, zlib.error, lzma.LZMAError,
 
 class Document(NamedTuple):
   """One input document. ``record`` is what the output writes back: the
-  original line bytes (JSONL, text) or the row as a dict (Parquet)."""
+  original line bytes (JSONL, text) or the row as a dict (Parquet); None for
+  Arrow, whose rows are read by column (the writer reads the file again)."""
   doc_id: int
   text: str
   user_id: Any
@@ -107,11 +116,10 @@ def read_texts(source: InputFile, rows: Iterable[int],
   wanted = set(rows)
   check_unchanged(source)
   found = 0
-  if source.format == "parquet":
-    with open_parquet(source.path) as parquet:
+  if source.format in COLUMNAR_FORMATS:
+    with open_batches(source, [text_field]) as (_, batches):
       start = 0
-      for batch in iter_parquet_batches(source.path, parquet,
-                                        columns=[text_field]):
+      for batch in batches:
         hits = sorted(r - start for r in wanted
                       if start <= r < start + batch.num_rows)
         if hits:
@@ -124,8 +132,8 @@ def read_texts(source: InputFile, rows: Iterable[int],
       if row in wanted:
         found += 1
         text = line_content(row, line).decode("utf-8")
-        yield row, (json.loads(text)[text_field] if source.format == "jsonl"
-                    else text)
+        yield row, (field_value(json.loads(text), text_field)[1]
+                    if source.format == "jsonl" else text)
   if found < len(wanted):
     raise InputChangedError(
         f"{source.path} has fewer rows than when it was read: it changed "
@@ -167,6 +175,8 @@ def detect_format(path: str, input_format: str = "auto") -> str:
       name = name[:-len(suffix)]
   if name.endswith(".parquet"):
     return "parquet"
+  if name.endswith(ARROW_SUFFIXES):
+    return "arrow"
   if name.endswith(_JSONL_SUFFIXES):
     return "jsonl"
   return "text"
@@ -206,14 +216,16 @@ class ReadDocuments(beam.PTransform):
   * ``counts``: ``("docs_in", n)`` per file: documents plus rejections.
 
   Text files: one document per line (blank lines are empty documents).
-  Compression is detected from the file extension.
+  Compression is detected from the file extension. Parquet and Arrow IPC
+  files are read by column: only the text and id columns.
 
   Args:
     patterns: file patterns (any Beam filesystem), matched files sorted by
       path.
-    input_format: ``auto`` (by extension), ``jsonl``, ``parquet`` or
-      ``text``.
-    text_field: the JSONL field or Parquet column holding the text.
+    input_format: ``auto`` (by extension), ``jsonl``, ``parquet``,
+      ``arrow`` or ``text``.
+    text_field: the JSONL field (a dotted path reaches into nested objects,
+      see :func:`field_value`) or the Parquet/Arrow column holding the text.
     id_field: the field or column holding the user's id (kept as is).
     first_index: the index of the first file (a run against an index
       numbers its files after the indexed ones).
@@ -275,8 +287,8 @@ def read_file(input_file: InputFile, text_field: str = "text",
   :class:`Rejected` that :class:`ReadDocuments` makes of it (without adding
   to its counters); stop iterating early to read only a prefix."""
   index, path, fmt, _ = input_file
-  if fmt == "parquet":
-    return _parquet_records(index, path, text_field, id_field)
+  if fmt in COLUMNAR_FORMATS:
+    return _columnar_records(input_file, text_field, id_field)
   return _line_records(index, path, fmt, text_field, id_field)
 
 
@@ -299,7 +311,8 @@ def parse_json_line(doc_id: int, path: str, row: int, line: bytes,
     path: the file's path (``Rejected.source``).
     row: the line's 0-based row (a UTF-8 BOM is dropped on row 0).
     line: the line's bytes.
-    text_field: the JSON field holding the text.
+    text_field: the JSON field holding the text (dotted: nested, see
+      :func:`field_value`).
     id_field: the JSON field holding the user's id (None if absent).
 
   >>> parse_json_line(7, "a.jsonl", 3, b'{"text": 5}', "text", "id")[3:5]
@@ -324,35 +337,144 @@ def parse_json_line(doc_id: int, path: str, row: int, line: bytes,
     return reject("malformed_json", str(e))
   if not isinstance(obj, dict):
     return reject("not_an_object", f"got JSON {type(obj).__name__}")
-  if text_field not in obj:
-    return reject("missing_text_field", f"no {text_field!r} field")
-  text = obj[text_field]
+  found, text = field_value(obj, text_field)
+  if not found:
+    return reject("missing_text_field", missing_field_detail(obj, text_field))
   if not isinstance(text, str):
     return reject("text_not_string", f"{text_field!r} is "
                   f"{type(text).__name__}")
   if not _encodable(text):
     return reject("invalid_utf8", "text holds an unpaired surrogate escape")
-  return Document(doc_id, text, obj.get(id_field), line)
+  return Document(doc_id, text, field_value(obj, id_field)[1], line)
 
 
-def _parquet_records(index, path, text_field, id_field):
-  with open_parquet(path) as parquet:
-    has_text = text_field in parquet.schema_arrow.names
+def field_value(obj: dict, path: str) -> Tuple[bool, Any]:
+  """``(found, value)`` of a JSON object's field ``path``: a top-level key
+  spelled exactly ``path`` (dots included) wins; otherwise a dotted path
+  walks nested objects (``metadata.body`` is ``obj["metadata"]["body"]``).
+
+  >>> field_value({"meta": {"body": "x"}}, "meta.body")
+  (True, 'x')
+  >>> field_value({"meta.body": 1, "meta": {"body": 2}}, "meta.body")
+  (True, 1)
+  >>> field_value({"meta": "x"}, "meta.body")
+  (False, None)
+  """
+  if path in obj:
+    return True, obj[path]
+  if "." not in path:
+    return False, None
+  value = obj
+  for name in path.split("."):
+    if not isinstance(value, dict) or name not in value:
+      return False, None
+    value = value[name]
+  return True, value
+
+
+def missing_field_detail(obj: dict, path: str) -> str:
+  """Why :func:`field_value` found no ``path`` in ``obj``, naming the path
+  and, for a dotted one, the step where it ends.
+
+  >>> missing_field_detail({"meta": {"a": 1}}, "meta.body")
+  "no 'meta.body' field ('meta' has no 'body')"
+  """
+  detail = f"no {path!r} field"
+  if "." not in path:
+    return detail
+  value, walked = obj, []
+  for name in path.split("."):
+    if not isinstance(value, dict):
+      return (f"{detail} ({'.'.join(walked)!r} is {type(value).__name__},"
+              " not an object)")
+    if name not in value:
+      return (f"{detail} ({'.'.join(walked)!r} has no {name!r})" if walked
+              else detail)
+    walked.append(name)
+    value = value[name]
+  return detail
+
+
+def _columnar_records(source: InputFile, text_field: str, id_field: str):
+  """The rows of a Parquet or Arrow file as documents or rejections. Arrow
+  files are read by column (text and id only; ``record`` None, a
+  rejection's excerpt shows those columns); Parquet rows keep every column
+  in ``record``."""
+  columns = None if source.format == "parquet" else [text_field, id_field]
+  with open_batches(source, columns) as (names, batches):
+    has_text, has_id = text_field in names, id_field in names
     row = 0
-    for batch in iter_parquet_batches(path, parquet):
+    for batch in batches:
       for obj in batch.to_pylist():
-        doc_id = make_doc_id(index, row)
+        doc_id = make_doc_id(source.index, row)
         text = obj.get(text_field)
         if not has_text:
-          yield Rejected(doc_id, path, row + 1, "missing_text_field",
+          yield Rejected(doc_id, source.path, row + 1, "missing_text_field",
                          f"no {text_field!r} column", _excerpt(obj))
         elif not isinstance(text, str):
-          yield Rejected(doc_id, path, row + 1, "text_not_string",
+          yield Rejected(doc_id, source.path, row + 1, "text_not_string",
                          f"{text_field!r} is {type(text).__name__}",
                          _excerpt(obj))
         else:
-          yield Document(doc_id, text, obj.get(id_field), obj)
+          yield Document(doc_id, text, obj.get(id_field) if has_id else None,
+                         obj if source.format == "parquet" else None)
         row += 1
+
+
+@contextlib.contextmanager
+def open_arrow(path: str):
+  """``(reader, flavour)`` of an Arrow IPC file over any Beam filesystem:
+  flavour ``file`` (``ARROW1`` magic: Feather v2) or ``stream`` (what
+  ``datasets.save_to_disk`` writes). A local file is memory-mapped, so the
+  columns a reader does not select are never read from disk. A file that is
+  neither raises :class:`InputReadError`."""
+  local = "://" not in path
+  with (contextlib.nullcontext(pa.memory_map(path)) if local else
+        FileSystems.open(path,
+                         compression_type=CompressionTypes.UNCOMPRESSED)
+        ) as handle:
+    flavour = ("file" if handle.read(len(ARROW_FILE_MAGIC))
+               == ARROW_FILE_MAGIC else "stream")
+    handle.seek(0)
+    try:
+      reader = (pa.ipc.open_file(handle) if flavour == "file"
+                else pa.ipc.open_stream(handle))
+    except _READ_ERRORS as e:
+      raise _read_error(path, e) from e
+    yield reader, flavour
+
+
+def _projected_batches(path: str, reader, columns=None):
+  """The record batches of an IPC reader (file or stream), with only
+  ``columns`` when given; a read error names ``path``."""
+
+  def batches():
+    if isinstance(reader, pa.ipc.RecordBatchFileReader):
+      yield from (reader.get_batch(i)
+                  for i in range(reader.num_record_batches))
+    else:
+      yield from reader
+
+  for batch in _read_or_fail(path, batches()):
+    yield batch if columns is None else batch.select(columns)
+
+
+@contextlib.contextmanager
+def open_batches(source: InputFile, columns=None):
+  """``(column names, record batches)`` of a Parquet or Arrow IPC input:
+  the file's column names, and its batches in row order with only those of
+  ``columns`` (when given) that the file has; read errors name the file."""
+  with (open_parquet(source.path) if source.format == "parquet"
+        else open_arrow(source.path)) as opened:
+    names = (opened.schema_arrow if source.format == "parquet"
+             else opened[0].schema).names
+    if columns is not None:
+      columns = list(dict.fromkeys(c for c in columns if c in names))
+    if source.format == "parquet":
+      kwargs = {} if columns is None else {"columns": columns}
+      yield names, iter_parquet_batches(source.path, opened, **kwargs)
+    else:
+      yield names, _projected_batches(source.path, opened[0], columns)
 
 
 def parse_record(line: bytes, input_format: str, source: str, row: int,
@@ -412,6 +534,72 @@ def open_stream(path: str):
         yield handle
     else:
       yield io.BufferedReader(_CheckedStream(raw, codec), _READ_CHUNK)
+
+
+# What ``--output_compression`` accepts besides ``auto`` and ``none``, and
+# the suffix each codec's output gets.
+OUTPUT_CODECS = {"gzip": ".gz", "bzip2": ".bz2", "zstd": ".zst",
+                 "lzma": ".xz", "deflate": ".deflate"}
+
+
+def compression_suffix(path: str) -> str:
+  """The compression suffix of ``path`` as spelled there (``.gz``,
+  ``.zstd``, ``.lzma``, ...), or ``""``."""
+  name = path.lower()
+  return next((suffix for suffix in COMPRESSIONS if name.endswith(suffix)),
+              "")
+
+
+class _Compressed(io.RawIOBase):
+  """A writable stream compressing into ``raw`` with one streaming
+  compressor object (zstd frames or Beam's zlib "deflate")."""
+
+  def __init__(self, raw, compressor):
+    super().__init__()
+    self._raw = raw
+    self._compressor = compressor
+
+  def writable(self):
+    return True
+
+  def write(self, data):
+    self._raw.write(self._compressor.compress(data))
+    return len(data)
+
+  def close(self):
+    if not self.closed:
+      self._raw.write(self._compressor.flush())
+    super().close()
+
+
+@contextlib.contextmanager
+def create_stream(path: str, suffix: str = ""):
+  """A binary stream writing ``path`` (any Beam filesystem) compressed as
+  ``suffix`` says (``""``: not at all), byte-identical for the same data:
+  gzip with mtime 0 and no file name in its header, xz (``.lzma``: the
+  legacy ``lzma_alone`` format, as such inputs are), one zstd frame (level
+  3, single-threaded), zlib for ``.deflate`` (what Beam reads as deflate).
+  Readable back by :func:`open_stream`."""
+  codec = COMPRESSIONS.get(suffix)
+  with FileSystems.create(
+      path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+    if codec is None:
+      yield raw
+      return
+    if codec == "gzip":
+      handle = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+    elif codec == "bzip2":
+      handle = bz2.BZ2File(raw, "wb")
+    elif codec == "lzma":
+      handle = lzma.LZMAFile(raw, "wb", format=(
+          lzma.FORMAT_ALONE if suffix == ".lzma" else lzma.FORMAT_XZ))
+    elif codec == "zstd":
+      handle = _Compressed(raw, zstandard.ZstdCompressor(
+          level=3, threads=0).compressobj())
+    else:
+      handle = _Compressed(raw, zlib.compressobj())
+    with handle:
+      yield handle
 
 
 class _CheckedStream(io.RawIOBase):

@@ -7,25 +7,52 @@ parallelism: every file is written by one keyed group, in sorted doc-id order.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import metrics
+from transforms import annotate, metrics
 from transforms.join import JoinByKey
 from transforms.select import Clustered
 from transforms.stats import finalize_stats
-from transforms.read import (InputChangedError,
-                                  check_unchanged, iter_parquet_batches,
-                                  iter_raw_lines, line_content, make_doc_id,
-                                  open_parquet, split_doc_id)
+from transforms.read import (ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
+                             InputChangedError, check_unchanged,
+                             compression_suffix, create_stream, field_value,
+                             iter_raw_lines, line_content, make_doc_id,
+                             open_arrow, open_batches, split_doc_id)
 
 # One output part per (input file, 2**20 rows): bounds a writer's memory.
 PART_ROW_BITS = 20
 _EXTENSIONS = {"jsonl": "jsonl", "text": "txt", "parquet": "parquet"}
 DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR = "deduped", "clusters", "rejected"
+# --annotate writes every document to annotated/ instead of deduped/;
+# --removal_list adds removed/.
+ANNOTATED_DIR, REMOVED_DIR = "annotated", "removed"
+OUTPUT_COMPRESSIONS = ("auto", "none") + tuple(OUTPUT_CODECS)
+
+
+class OutputOptions(NamedTuple):
+  """What the write stage writes besides ``clusters/`` and ``rejected/``.
+
+  * ``annotate``: every document (not only the kept ones) to
+    ``annotated/``, with the fields of :data:`transforms.annotate.FIELDS`.
+  * ``removal_list``: ``removed/``, one Parquet part per input part that
+    has removed documents.
+  * ``compression``: of JSONL and text outputs: ``auto`` (that of the
+    input file), ``none`` or a codec of ``OUTPUT_CODECS``.
+  """
+  annotate: bool = False
+  removal_list: bool = False
+  compression: str = "auto"
+
+  def non_default(self) -> dict:
+    """The options that differ from the defaults (recorded in stats)."""
+    return {f"output_{k}" if k == "compression" else k: v
+            for k, v in self._asdict().items()
+            if v != self._field_defaults[k]}
 STATS_FILE = "stats.json"
 
 
@@ -50,9 +77,16 @@ class WriteResults(beam.PTransform):
   size changed since it was matched fails the job
   (:class:`~transforms.read.InputChangedError`).
 
+  With ``options.annotate`` every row that is not rejected is written
+  (to ``annotated/``), the annotation fields added; ``options`` also
+  selects the removal list and the output compression
+  (:class:`OutputOptions`).
+
   Args:
     output: the folder (any Beam filesystem) to write under.
-    id_field: the JSONL field or Parquet column holding the user's id.
+    id_field: the JSONL field (dotted: nested) or Parquet/Arrow column
+      holding the user's id.
+    options: :class:`OutputOptions`.
     indexed: in a run against an index, ``{file index: path}`` of the
       indexed files: every ``clusters/`` row then also says whether its
       matched document is an indexed one (``matched_indexed``) and where
@@ -63,10 +97,12 @@ class WriteResults(beam.PTransform):
     ``rejected_<reason>``.
   """
 
-  def __init__(self, output: str, id_field: str = "id", indexed=None):
+  def __init__(self, output: str, id_field: str = "id",
+               options: OutputOptions = OutputOptions(), indexed=None):
     super().__init__()
     self._output = output
     self._id_field = id_field
+    self._options = options
     self._indexed = indexed
 
   def expand(self, inputs):
@@ -83,7 +119,7 @@ class WriteResults(beam.PTransform):
                | "GroupByFile" >> JoinByKey()
                | "WriteFile" >> beam.ParDo(
                    _WriteFileFn(self._output, self._id_field,
-                                self._indexed)).with_outputs(
+                                self._options, self._indexed)).with_outputs(
                        metrics.COUNTS))
     return written[metrics.COUNTS]
 
@@ -99,9 +135,14 @@ class _Part:
     return max([-1] + list(self.clusters)
                + [split_doc_id(r.doc_id)[1] for r in self.rejected])
 
-  def skipped(self):
-    """Rows not written back: removed duplicates and rejections."""
-    rows = {row for row, info in self.clusters.items() if not info.kept}
+  def removed(self) -> int:
+    return sum(not info.kept for info in self.clusters.values())
+
+  def skipped(self, annotate: bool = False):
+    """Rows not written back: removed duplicates (unless ``annotate``) and
+    rejections."""
+    rows = set() if annotate else {
+        row for row, info in self.clusters.items() if not info.kept}
     rows.update(split_doc_id(r.doc_id)[1] for r in self.rejected)
     return rows
 
@@ -110,9 +151,11 @@ class _WriteFileFn(metrics.MeteredDoFn):
 
   STAGE = "writing"
 
-  def __init__(self, output: str, id_field: str, indexed=None):
+  def __init__(self, output: str, id_field: str, options: OutputOptions,
+               indexed=None):
     self._output = output
     self._id_field = id_field
+    self._options = options
     self._indexed = indexed
 
   def process(self, element):
@@ -141,20 +184,22 @@ class _WriteFileFn(metrics.MeteredDoFn):
       received += 16 + len(rejected.source) + len(rejected.message) + len(
           rejected.excerpt)
     received += 32 * sum(len(p.clusters) for p in parts.values())
-    if source.format == "parquet":
-      chunks = self._parquet_chunks(source, parts)
+    if source.format in COLUMNAR_FORMATS:
+      chunks = self._table_chunks(source, parts)
     else:
       chunks = self._line_chunks(source, parts)
     totals = {"kept": 0, "removed": 0, "rejected": 0}
     reasons = collections.Counter()
-    for chunk, n_rows, kept, user_ids in chunks:
+    for chunk, n_rows, written, user_ids in chunks:
       part = parts.pop(chunk, None) or _Part()
       if part.last_row() >= (chunk << PART_ROW_BITS) + n_rows:
         parts[chunk] = part
         break
       self._write_tables(source, chunk, part, user_ids)
-      totals["kept"] += kept
-      totals["removed"] += sum(not i.kept for i in part.clusters.values())
+      removed = part.removed()
+      totals["kept"] += written - removed if self._options.annotate \
+          else written
+      totals["removed"] += removed
       totals["rejected"] += len(part.rejected)
       reasons.update(r.reason for r in part.rejected)
     if parts:
@@ -164,13 +209,33 @@ class _WriteFileFn(metrics.MeteredDoFn):
     return received, totals, reasons
 
   def _deduped_path(self, source, chunk):
-    return join_path(self._output, DEDUPED_DIR, part_name(
-        source.index, chunk, _EXTENSIONS[source.format]))
+    if source.format == "arrow":
+      # The input's own extension (.arrow, .feather, ...).
+      extension = next((suffix[1:] for suffix in ARROW_SUFFIXES
+                        if source.path.lower().endswith(suffix)), "arrow")
+    else:
+      extension = _EXTENSIONS[source.format] + self._line_suffix(source)
+    return join_path(self._output, ANNOTATED_DIR if self._options.annotate
+                     else DEDUPED_DIR,
+                     part_name(source.index, chunk, extension))
+
+  def _line_suffix(self, source) -> str:
+    """The compression suffix of a JSONL or text output part."""
+    codec = self._options.compression
+    if codec == "auto":
+      return compression_suffix(source.path)
+    return "" if codec == "none" else OUTPUT_CODECS[codec]
+
+  def _annotated(self, source, row, line, info):
+    return annotate.annotate_line(
+        line, annotate.annotation(make_doc_id(source.index, row), info),
+        f"{source.path}: row {row + 1}")
 
   def _line_chunks(self, source, parts):
     """Streams the kept lines of each part to its file; yields ``(chunk,
     rows read, rows kept, user ids of clustered rows)`` per part."""
     chunk, sink, user_ids, skipped, clusters = None, None, {}, set(), {}
+    annotating = self._options.annotate
     row = -1
     for row, line in iter_raw_lines(source.path):
       if row >> PART_ROW_BITS != chunk:
@@ -178,24 +243,29 @@ class _WriteFileFn(metrics.MeteredDoFn):
           yield chunk, row - (chunk << PART_ROW_BITS), sink.close(), user_ids
         chunk = row >> PART_ROW_BITS
         part = parts.get(chunk) or _Part()
-        sink = _LineSink(self._deduped_path(source, chunk))
-        user_ids, skipped, clusters = {}, part.skipped(), part.clusters
+        sink = _LineSink(self._deduped_path(source, chunk),
+                         self._line_suffix(source))
+        user_ids, clusters = {}, part.clusters
+        skipped = part.skipped(annotating)
       if row in clusters:
         user_ids[row] = (_json_field(line_content(row, line), self._id_field)
                          if source.format == "jsonl" else None)
       if row not in skipped:
-        sink.add(line)
+        sink.add(self._annotated(source, row, line, clusters.get(row))
+                 if annotating else line)
     if chunk is not None:
       yield chunk, row + 1 - (chunk << PART_ROW_BITS), sink.close(), user_ids
 
-  def _parquet_chunks(self, source, parts):
-    """Like :meth:`_line_chunks`, streaming Arrow record batches."""
+  def _table_chunks(self, source, parts):
+    """Like :meth:`_line_chunks`, streaming the Arrow record batches of a
+    Parquet or Arrow IPC file (written back in its format and flavour)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     chunk, sink, user_ids = None, None, {}
-    with open_parquet(source.path) as parquet:
-      has_id = self._id_field in parquet.schema_arrow.names
+    annotating = self._options.annotate
+    with open_batches(source) as (names, batches):
+      has_id = self._id_field in names
       row = 0
-      for batch in iter_parquet_batches(source.path, parquet):
+      for batch in batches:
         while batch.num_rows:
           if row >> PART_ROW_BITS != chunk:
             if chunk is not None:
@@ -203,8 +273,8 @@ class _WriteFileFn(metrics.MeteredDoFn):
                      user_ids)
             chunk = row >> PART_ROW_BITS
             part = parts.get(chunk) or _Part()
-            sink = _ParquetSink(self._deduped_path(source, chunk))
-            user_ids, skipped = {}, part.skipped()
+            sink = self._table_sink(source, chunk)
+            user_ids, skipped = {}, part.skipped(annotating)
           take = min(batch.num_rows, ((chunk + 1) << PART_ROW_BITS) - row)
           piece, batch = batch.slice(0, take), batch.slice(take)
           in_piece = [r for r in part.clusters if row <= r < row + take]
@@ -212,6 +282,12 @@ class _WriteFileFn(metrics.MeteredDoFn):
             ids = (piece.column(self._id_field).to_pylist() if has_id
                    else [None] * take)
             user_ids.update((r, ids[r - row]) for r in in_piece)
+          if annotating:
+            piece = annotate.annotate_batch(piece, [
+                annotate.annotation(make_doc_id(source.index, r),
+                                    part.clusters.get(r))
+                for r in range(row, row + take)], _id_type(
+                    piece.schema, self._id_field))
           drop = [r - row for r in skipped if row <= r < row + take]
           if drop:
             mask = np.ones(take, dtype=bool)
@@ -222,6 +298,13 @@ class _WriteFileFn(metrics.MeteredDoFn):
       if chunk is not None:
         yield chunk, row - (chunk << PART_ROW_BITS), sink.close(), user_ids
 
+  def _table_sink(self, source, chunk):
+    path = self._deduped_path(source, chunk)
+    if source.format == "parquet":
+      return _ParquetSink(path)
+    with open_arrow(source.path) as (_, flavour):
+      return _ArrowSink(path, flavour)
+
   def _write_tables(self, source, chunk, part, user_ids):
     """The part's ``clusters/`` and ``rejected/`` files, if it has rows."""
     index = source.index
@@ -231,6 +314,8 @@ class _WriteFileFn(metrics.MeteredDoFn):
               for row, info in sorted(part.clusters.items())]
       _write_lines(join_path(self._output, CLUSTERS_DIR,
                              part_name(index, chunk, "jsonl")), rows)
+    if self._options.removal_list and part.removed():
+      self._write_removed(source, chunk, part, user_ids)
     if part.rejected:
       _write_lines(join_path(self._output, REJECTED_DIR,
                              part_name(index, chunk, "jsonl")),
@@ -238,25 +323,74 @@ class _WriteFileFn(metrics.MeteredDoFn):
                     sorted(part.rejected, key=lambda r: r.doc_id)])
 
 
+  def _write_removed(self, source, chunk, part, user_ids):
+    """The part's ``removed/`` Parquet file: one row per removed document,
+    in doc-id order."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    if source.format in COLUMNAR_FORMATS:
+      id_type = _id_type(_schema_of(source), self._id_field)
+      as_id = lambda value: value  # pylint: disable=unnecessary-lambda-assignment
+    else:
+      id_type = pa.string() if source.format == "jsonl" else pa.null()
+      as_id = annotate.jsonl_id
+    rows = [{"id": as_id(user_ids.get(row)), "source": source.path,
+             "position": row + 1, "doc_id": make_doc_id(source.index, row),
+             "cluster_id": info.cluster_id, "cluster_size": info.cluster_size,
+             "kept_doc_id": info.kept_doc_id,
+             "matched_doc_id": info.matched_doc_id,
+             "matched_id": as_id(info.matched_id),
+             "matched_jaccard": annotate.rounded(info.matched_jaccard),
+             "jaccard_to_kept": annotate.rounded(info.jaccard_to_kept)}
+            for row, info in sorted(part.clusters.items()) if not info.kept]
+    with FileSystems.create(join_path(
+        self._output, REMOVED_DIR, part_name(source.index, chunk,
+                                             "parquet"))) as handle:
+      pq.write_table(annotate.removal_table(rows, id_type), handle)
+
+
+def _id_type(schema, id_field: str):
+  """The Arrow type of the id column (null when there is none)."""
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  return (schema.field(id_field).type if id_field in schema.names
+          else pa.null())
+
+
+def _schema_of(source):
+  """The Arrow schema of a Parquet or Arrow IPC input."""
+  if source.format == "parquet":
+    from transforms.read import open_parquet  # pylint: disable=import-outside-toplevel
+    with open_parquet(source.path) as parquet:
+      return parquet.schema_arrow
+  with open_arrow(source.path) as (reader, _):
+    return reader.schema
+
+
 class _LineSink:
   """Writes a part's kept lines as they come, each with its own line ending
-  (``\\n`` added only to a last line that had none); the file is created only
-  when the first one arrives. ``close()`` returns the number written."""
+  (``\\n`` added only to a last line that had none), compressed as
+  ``suffix`` says; the file is created only when the first one arrives.
+  ``close()`` returns the number written."""
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, suffix: str = ""):
     self._path = path
+    self._suffix = suffix
+    self._files = contextlib.ExitStack()
     self._handle = None
     self._count = 0
 
+  def _open(self):
+    self._handle = self._files.enter_context(
+        create_stream(self._path, self._suffix))
+    return self._handle
+
   def add(self, line: bytes) -> None:
-    if self._handle is None:
-      self._handle = FileSystems.create(self._path)
-    self._handle.write(line if line.endswith(b"\n") else line + b"\n")
+    handle = self._handle or self._open()
+    handle.write(line if line.endswith(b"\n") else line + b"\n")
     self._count += 1
 
   def close(self) -> int:
-    if self._handle is not None:
-      self._handle.close()
+    self._files.close()
     return self._count
 
 
@@ -267,13 +401,15 @@ class _ParquetSink(_LineSink):
     super().__init__(path)
     self._writer = None
 
-  def add(self, batch) -> None:
+  def _new_writer(self, handle, schema):
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    return pq.ParquetWriter(handle, schema)
+
+  def add(self, batch) -> None:
     if not batch.num_rows:
       return
     if self._writer is None:
-      self._handle = FileSystems.create(self._path)
-      self._writer = pq.ParquetWriter(self._handle, batch.schema)
+      self._writer = self._new_writer(self._open(), batch.schema)
     self._writer.write_batch(batch)
     self._count += batch.num_rows
 
@@ -283,8 +419,23 @@ class _ParquetSink(_LineSink):
     return super().close()
 
 
+class _ArrowSink(_ParquetSink):
+  """Like :class:`_ParquetSink`, writing Arrow IPC in the input's flavour
+  (``file``: Feather v2 / IPC file format; ``stream``: IPC stream format,
+  as ``datasets.save_to_disk`` writes), uncompressed."""
+
+  def __init__(self, path: str, flavour: str):
+    super().__init__(path)
+    self._flavour = flavour
+
+  def _new_writer(self, handle, schema):
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    return (pa.ipc.new_file(handle, schema) if self._flavour == "file"
+            else pa.ipc.new_stream(handle, schema))
+
+
 def _json_field(line: bytes, field: str):
-  return json.loads(line.decode("utf-8")).get(field)
+  return field_value(json.loads(line.decode("utf-8")), field)[1]
 
 
 def _cluster_row(doc_id, info, user_id, source, indexed=None):
@@ -318,8 +469,7 @@ def _matched_in_index(matched_doc_id, indexed) -> dict:
           "matched_position": row + 1 if found else None}
 
 
-def _rounded(similarity):
-  return None if similarity is None else round(similarity, 6)
+_rounded = annotate.rounded
 
 
 def _json_line(obj) -> bytes:
