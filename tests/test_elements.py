@@ -14,7 +14,8 @@ from transforms.config import DedupConfig
 def test_coders_round_trip_exactly_into_writable_arrays(coder):
   rng = np.random.default_rng(3)
   columns = [rng.integers(0, 2**62, 5).astype(np.uint64),
-             np.arange(5, dtype=np.int64), rng.random(5)]
+             np.arange(5, dtype=np.int64), rng.random(5),
+             rng.integers(-2**62, 2**62, 5), np.arange(5, 10)]
   if coder.TYPE is elements.SignatureBatch:
     columns = [columns[1], rng.integers(0, 2**32, (5, 7)).astype(np.uint32)]
   value = coder.TYPE(*columns[:len(coder.TYPE._fields)])
@@ -49,7 +50,11 @@ HOT = ("NearDedup/ComputeSignatures/SignatureBatches/Apply",
        "NearDedup/FindCandidates/DistinctEdges",
        "NearDedup/VerifyExact/CompareShingleSets/Compare",
        "NearDedup/VerifyEdges/CompareSignatures/Compare",
-       "NearDedup/KeepAllCandidates/SpanningForest")
+       "NearDedup/KeepAllCandidates/SpanningForest",
+       "NearDedup/SelectKept/BatchMembers",
+       "NearDedup/ExplainClusters/BatchClusters",
+       "NearDedup/ExplainClusters/EdgeEnds",
+       "NearDedup/ExplainClusters/PairsToCompare")
 
 
 @pytest.mark.parametrize("verify", ["exact", "signature", "none"])
@@ -69,7 +74,7 @@ def test_hot_path_elements_get_their_deterministic_coders(verify):
             node.outputs[None].element_type)
 
   p.visit(Visitor())
-  assert len(coders) == 7
+  assert len(coders) == 11
   for label, coder in coders.items():
     assert coder.is_deterministic(), (label, coder)
     assert any(isinstance(c, elements.ArraysCoder)

@@ -9,7 +9,10 @@ also unpack it as a plain tuple. Keyed by a shard they travel as
 * ``(band-key shard, KeyShard)`` from Band (:mod:`transforms.band`),
 * ``(edge shard, EdgeBatch)`` from Collide (:mod:`transforms.collide`), and
   the ``(doc, other)`` pairs that Explain measures,
-* ``(edge shard, VerifiedEdges)`` from Verify (:mod:`transforms.verify`).
+* ``(edge shard, VerifiedEdges)`` from Verify (:mod:`transforms.verify`),
+* ``(label shard, MemberBatch)`` inside Select (:mod:`transforms.select`),
+* ``(node shard, ClusterBatch)`` and ``(node shard, AskedBatch)`` inside
+  Explain (:mod:`transforms.explain`).
 
 The coder writes, per field, the array's dtype, shape and raw bytes: no
 pickling, the same bytes for equal arrays (so it is deterministic), and a
@@ -55,6 +58,34 @@ class VerifiedEdges(NamedTuple):
   src: np.ndarray
   dst: np.ndarray
   similarity: np.ndarray
+
+
+class MemberBatch(NamedTuple):
+  """Cluster members on their way to their label's shard: ``nodes``,
+  their cluster ``labels`` and their text ``lengths`` (zeros for the
+  ``first`` keep policy), int64[m]."""
+  nodes: np.ndarray
+  labels: np.ndarray
+  lengths: np.ndarray
+
+
+class ClusterBatch(NamedTuple):
+  """Clustered documents of one node shard: ``docs`` with their cluster
+  ids, cluster ``sizes`` and the cluster's kept document, int64[m]."""
+  docs: np.ndarray
+  cluster_ids: np.ndarray
+  sizes: np.ndarray
+  kept_ids: np.ndarray
+
+
+class AskedBatch(NamedTuple):
+  """Removed documents of one node shard to explain: a
+  :class:`ClusterBatch`'s columns plus the ``matched`` neighbour of each."""
+  docs: np.ndarray
+  cluster_ids: np.ndarray
+  sizes: np.ndarray
+  kept_ids: np.ndarray
+  matched: np.ndarray
 
 
 class ArraysCoder(beam.coders.Coder):
@@ -117,23 +148,25 @@ class ArraysCoder(beam.coders.Coder):
     return hash(type(self))
 
 
-class SignatureBatchCoder(ArraysCoder):
-  TYPE = SignatureBatch
+def _arrays_coder(element_type) -> type:
+  """The :class:`ArraysCoder` of ``element_type``, named ``<type>Coder``
+  (a module attribute of that name, so it pickles by reference)."""
+  name = f"{element_type.__name__}Coder"
+  return type(name, (ArraysCoder,), {"TYPE": element_type,
+                                     "__module__": __name__,
+                                     "__qualname__": name})
 
 
-class KeyShardCoder(ArraysCoder):
-  TYPE = KeyShard
-
-
-class EdgeBatchCoder(ArraysCoder):
-  TYPE = EdgeBatch
-
-
-class VerifiedEdgesCoder(ArraysCoder):
-  TYPE = VerifiedEdges
-
+SignatureBatchCoder = _arrays_coder(SignatureBatch)
+KeyShardCoder = _arrays_coder(KeyShard)
+EdgeBatchCoder = _arrays_coder(EdgeBatch)
+VerifiedEdgesCoder = _arrays_coder(VerifiedEdges)
+MemberBatchCoder = _arrays_coder(MemberBatch)
+ClusterBatchCoder = _arrays_coder(ClusterBatch)
+AskedBatchCoder = _arrays_coder(AskedBatch)
 
 CODERS = (SignatureBatchCoder, KeyShardCoder, EdgeBatchCoder,
-          VerifiedEdgesCoder)
+          VerifiedEdgesCoder, MemberBatchCoder, ClusterBatchCoder,
+          AskedBatchCoder)
 for _coder in CODERS:
   beam.coders.registry.register_coder(_coder.TYPE, _coder)

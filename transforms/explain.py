@@ -5,16 +5,18 @@ and the chain guard. Runs after :mod:`transforms.select`, before
 
 from __future__ import annotations
 
-import math
 from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import EdgeBatch
+from transforms.elements import (AskedBatch, ClusterBatch, EdgeBatch,
+                                 VerifiedEdges)
 from transforms.join import JoinByKey
+from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.select import ClusterInfo, Clustered
@@ -46,29 +48,20 @@ class ExplainClusters(beam.PTransform):
 
   def expand(self, inputs):
     n = self._config.lsh_shards
-    chosen = ({"info": inputs["clusters"],
+    chosen = ({"info": inputs["clusters"]
+                       | "BatchClusters" >> beam.ParDo(_BatchClustersFn(n)),
                "edge": inputs["edges"] | "EdgeEnds" >> beam.FlatMap(
-                   _edge_ends)}
+                   _edge_ends, n).with_output_types(Tuple[int, VerifiedEdges])}
               | "JoinNeighbours" >> JoinByKey()
               | "ChooseMatched" >> beam.ParDo(_ChooseMatchedFn())
               .with_output_types(Clustered, **{_ASKED: _Asked})
               .with_outputs(_ASKED, main="kept"))
-    pairs = (chosen[_ASKED]
-             | "PairsToCompare" >> beam.FlatMap(_pairs_to_compare)
-             | "BatchPairs" >> beam.BatchElements(
-                 min_batch_size=64, max_batch_size=MAX_TEXT_BATCH)
-             | "PairBatches" >> beam.FlatMap(_pair_batches, n)
-             .with_output_types(Tuple[int, EdgeBatch]))
+    pairs = chosen[_ASKED] | "PairsToCompare" >> beam.Map(
+        _pairs_to_compare).with_output_types(Tuple[int, EdgeBatch])
     served = serve_texts(self._texts, inputs["docs"], pairs, n)
-    measured = ({"values": served["values"], "pairs": pairs}
-                | "GroupPairEnds" >> JoinByKey()
-                | "ExactJaccard" >> beam.ParDo(_JaccardFn(self._config))
-                | "ByDocument" >> beam.FlatMap(_by_document))
-    explained = ({"asked": chosen[_ASKED] | "KeyAsked" >> beam.Map(
-                     lambda a: (a[0], a[1:])).with_output_types(
-                         Tuple[int, Tuple[ClusterInfo, int]]),
-                  "measured": measured}
-                 | "JoinMeasured" >> JoinByKey()
+    explained = ({"values": served["values"], "pairs": pairs,
+                  "asked": chosen[_ASKED]}
+                 | "GroupPairEnds" >> JoinByKey()
                  | "Explain" >> beam.ParDo(_ExplainFn(self._config))
                  .with_output_types(Clustered)
                  .with_outputs(metrics.COUNTS, main="clusters"))
@@ -80,102 +73,92 @@ class ExplainClusters(beam.PTransform):
 
 
 _ASKED = "asked"
-# A document to explain: (doc id, its cluster, the neighbour it matched).
-_Asked = Tuple[int, ClusterInfo, int]
+_Asked = Tuple[int, AskedBatch]
+# Removed documents per asked batch: at most two pairs each, so a pair
+# batch (and its text request) stays within MAX_TEXT_BATCH.
+_ASKED_ROWS = MAX_TEXT_BATCH // 2
 
 
-def _edge_ends(element):
+@beam.typehints.with_output_types(Tuple[int, ClusterBatch])
+class _BatchClustersFn(beam.DoFn):
+  """``(doc_id, ClusterInfo)`` → one :class:`ClusterBatch` per node shard
+  and bundle."""
+
+  def __init__(self, shards: int):
+    self._shards = shards
+
+  def start_bundle(self):
+    self._rows = []
+
+  def process(self, clustered):
+    doc, info = clustered
+    self._rows.append((doc, info.cluster_id, info.cluster_size,
+                       info.kept_doc_id))
+
+  def finish_bundle(self):
+    if not self._rows:
+      return
+    columns = [np.array(c, dtype=np.int64) for c in zip(*self._rows)]
+    self._rows = []
+    for shard, parts in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(columns[0], self._shards), *columns):
+      yield GlobalWindows.windowed_value((shard, ClusterBatch(*parts)))
+
+
+def _edge_ends(element, num_shards: int):
+  """A verified edge batch → ``(node shard, VerifiedEdges(doc, other,
+  similarity))`` with both ends of every edge, at the shard of ``doc``."""
   _, (src, dst, similarity) = element
-  for a, b, sim in zip(src.tolist(), dst.tolist(), similarity.tolist()):
-    yield a, (b, sim)
-    yield b, (a, sim)
-
-
-def _matched(kept_doc_id, neighbours):
-  """The neighbour a document is explained by: the kept document if it is
-  one, else the most similar (unknown similarity last), then lowest id."""
-  if any(other == kept_doc_id for other, _ in neighbours):
-    return kept_doc_id
-  return min(neighbours, key=lambda e: (
-      -e[1] if not math.isnan(e[1]) else math.inf, e[0]))[0]
+  docs = np.concatenate([src, dst])
+  others = np.concatenate([dst, src])
+  sims = np.concatenate([similarity, similarity])
+  for shard, parts in lsh_kernels.split_by_shard(
+      lsh_kernels.node_shard(docs, num_shards), docs, others, sims):
+    yield shard, VerifiedEdges(*parts)
 
 
 class _ChooseMatchedFn(beam.DoFn):
-  """Kept documents pass through; every other one is asked about as
-  ``(doc_id, info, matched doc id)``."""
+  """Kept documents pass through as they are; every other one of the shard
+  is asked about with the neighbour that explains it
+  (:func:`~transforms.kernels.clusters.choose_matched`)."""
 
   def process(self, element):
-    node, grouped = element
-    infos = list(grouped["info"])
-    if not infos:
+    shard, grouped = element
+    if not grouped["info"]:
       return
-    info = infos[0]
-    if info.kept:
-      yield node, info
+    c = ClusterBatch(*lsh_kernels.concat_arrays(grouped["info"]))
+    kept = c.docs == c.kept_ids
+    for doc, cluster_id, size in zip(c.docs[kept].tolist(),
+                                     c.cluster_ids[kept].tolist(),
+                                     c.sizes[kept].tolist()):
+      yield doc, ClusterInfo(cluster_id, size, True, doc)
+    asked = ClusterBatch(*(column[~kept] for column in c))
+    if not len(asked.docs):
       return
-    yield beam.pvalue.TaggedOutput(_ASKED, (
-        node, info, _matched(info.kept_doc_id, list(grouped["edge"]))))
+    order = np.argsort(asked.docs)
+    asked = ClusterBatch(*(column[order] for column in asked))
+    ends = (lsh_kernels.concat_arrays(grouped["edge"]) if grouped["edge"]
+            else (np.zeros(0, np.int64),) * 2 + (np.zeros(0),))
+    matched = cluster_kernels.choose_matched(asked.docs, asked.kept_ids, *ends)
+    for lo in range(0, len(matched), _ASKED_ROWS):
+      rows = slice(lo, lo + _ASKED_ROWS)
+      yield beam.pvalue.TaggedOutput(_ASKED, (shard, AskedBatch(
+          *(column[rows] for column in asked), matched[rows])))
 
 
-def _pairs_to_compare(asked):
-  node, info, matched = asked
-  yield node, matched
-  if matched != info.kept_doc_id:
-    yield node, info.kept_doc_id
-
-
-def _pair_batches(batch, num_shards):
-  """``(doc, other)`` pairs → ``(shard, EdgeBatch(docs, others))`` by the
-  shard of the document."""
-  docs = np.fromiter((d for d, _ in batch), dtype=np.int64, count=len(batch))
-  others = np.fromiter((o for _, o in batch), dtype=np.int64,
-                       count=len(batch))
-  for shard, (d, o) in lsh_kernels.split_by_shard(
-      lsh_kernels.node_shard(docs, num_shards), docs, others):
-    yield shard, EdgeBatch(d, o)
-
-
-class _JaccardFn(beam.DoFn):
-  """``(doc, other, jaccard, reaches threshold, other's user id)`` of every
-  pair of one pair shard, exactly."""
-
-  def __init__(self, config: DedupConfig):
-    self._config = config
-
-  def process(self, element):
-    _, grouped = element
-    if not grouped["pairs"]:
-      return
-    docs, others = lsh_kernels.concat_arrays(grouped["pairs"])
-    ids, values = sorted_values(grouped["values"])
-    texts, user_ids = _texts_and_user_ids(values)
-    doc_rows = lsh_kernels.rows_of(ids, docs)
-    other_rows = lsh_kernels.rows_of(ids, others)
-    inter, union = exact_overlaps(self._config, texts, doc_rows, other_rows)
-    reaches = jaccard_kernels.meets_threshold(inter, union,
-                                              self._config.threshold)
-    yield (docs, others, inter / np.maximum(union, 1), reaches,
-           user_ids[other_rows])
-
-
-def _texts_and_user_ids(values):
-  texts = np.empty(len(values), dtype=object)
-  user_ids = np.empty(len(values), dtype=object)
-  for i, value in enumerate(values):
-    texts[i], user_ids[i] = value if isinstance(value, tuple) else (value,
-                                                                    None)
-  return texts, user_ids
-
-
-def _by_document(measured):
-  docs, others, similarity, reaches, user_ids = measured
-  for doc, other, sim, ok, user_id in zip(
-      docs.tolist(), others.tolist(), similarity.tolist(), reaches.tolist(),
-      user_ids.tolist()):
-    yield doc, (other, sim, ok, user_id)
+def _pairs_to_compare(element):
+  """The pairs whose exact Jaccard explains the asked documents: each with
+  its matched neighbour, and with its kept document when that is another."""
+  shard, asked = element
+  also_kept = asked.matched != asked.kept_ids
+  return shard, EdgeBatch(
+      np.concatenate([asked.docs, asked.docs[also_kept]]),
+      np.concatenate([asked.matched, asked.kept_ids[also_kept]]))
 
 
 class _ExplainFn(beam.DoFn):
+  """A node shard's asked documents with the exact Jaccard to their matched
+  neighbour and kept document (from the texts), and the chain guard."""
 
   def __init__(self, config: DedupConfig):
     self._config = config
@@ -187,16 +170,37 @@ class _ExplainFn(beam.DoFn):
     return self._counts.flush()
 
   def process(self, element):
-    node, grouped = element
-    (info, matched), = grouped["asked"]
-    measured = {other: rest for other, *rest in grouped["measured"]}
-    matched_sim, _, matched_id = measured[matched]
-    kept_sim, reaches, _ = measured[info.kept_doc_id]
-    chain = not reaches
-    guarded = chain and self._config.chain_guard
-    self._counts.add("chain_docs", int(chain))
-    self._counts.add("chain_kept", int(guarded))
-    yield node, info._replace(
-        kept=guarded, matched_doc_id=matched, matched_id=matched_id,
-        matched_jaccard=matched_sim, jaccard_to_kept=kept_sim,
-        chain_kept=guarded)
+    _, grouped = element
+    if not grouped["asked"]:
+      return
+    docs, others = lsh_kernels.concat_arrays(grouped["pairs"])
+    ids, values = sorted_values(grouped["values"])
+    texts, user_ids = _texts_and_user_ids(values)
+    other_rows = lsh_kernels.rows_of(ids, others)
+    inter, union = exact_overlaps(self._config, texts,
+                                  lsh_kernels.rows_of(ids, docs), other_rows)
+    reaches = jaccard_kernels.meets_threshold(inter, union,
+                                              self._config.threshold).tolist()
+    similarity = (inter / np.maximum(union, 1)).tolist()
+    other_ids = user_ids[other_rows]
+    pair = {p: i for i, p in enumerate(zip(docs.tolist(), others.tolist()))}
+    for asked in grouped["asked"]:
+      for doc, cluster_id, size, kept, matched in zip(
+          *(column.tolist() for column in asked)):
+        m, k = pair[doc, matched], pair[doc, kept]
+        guarded = not reaches[k] and self._config.chain_guard
+        self._counts.add("chain_docs", int(not reaches[k]))
+        self._counts.add("chain_kept", int(guarded))
+        yield doc, ClusterInfo(
+            cluster_id, size, guarded, kept, matched_doc_id=matched,
+            matched_id=other_ids[m], matched_jaccard=similarity[m],
+            jaccard_to_kept=similarity[k], chain_kept=guarded)
+
+
+def _texts_and_user_ids(values):
+  texts = np.empty(len(values), dtype=object)
+  user_ids = np.empty(len(values), dtype=object)
+  for i, value in enumerate(values):
+    texts[i], user_ids[i] = value if isinstance(value, tuple) else (value,
+                                                                    None)
+  return texts, user_ids

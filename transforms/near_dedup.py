@@ -92,7 +92,7 @@ class NearDedup(beam.PTransform):
                                             for i in b.ids.tolist())))
                    | "AllLengths" >> beam.Flatten())
     selected = components["labels"] | "SelectKept" >> SelectKept(
-        c.keep, lengths, first_new_id)
+        c.keep, lengths, first_new_id, c.lsh_shards)
     explained = ({"clusters": selected["clusters"],
                   "edges": verified["edges"], "docs": docs}
                  | "ExplainClusters" >> ExplainClusters(

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
+import numpy as np
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
+from transforms.elements import MemberBatch
 from transforms.join import JoinByKey
+from transforms.kernels import clusters as cluster_kernels
+from transforms.kernels import lsh as lsh_kernels
 
 
 class ClusterInfo(NamedTuple):
@@ -94,13 +99,15 @@ class SelectKept(beam.PTransform):
     ValueError: ``keep="longest"`` without ``lengths``.
   """
 
-  def __init__(self, keep: str, lengths=None, first_new_id: int = None):
+  def __init__(self, keep: str, lengths=None, first_new_id: int = None,
+               shards: int = 64):
     super().__init__()
     if keep == "longest" and lengths is None:
       raise ValueError("keep='longest' needs the document lengths")
     self._keep = keep
     self._lengths = lengths
     self._first_new_id = first_new_id
+    self._shards = shards
 
   def expand(self, labels):
     if self._keep == "longest":
@@ -111,6 +118,7 @@ class SelectKept(beam.PTransform):
       members = labels | "KeyByLabel" >> beam.Map(
           lambda nl: (nl[1], (nl[0], 0)))
     chosen = (members
+              | "BatchMembers" >> beam.ParDo(_BatchMembersFn(self._shards))
               | "GroupClusters" >> beam.GroupByKey()
               | "ChooseKept" >> beam.ParDo(
                   _ChooseFn(self._first_new_id)).with_outputs(
@@ -125,8 +133,37 @@ def _member_with_length(element):
     yield label, (node, length)
 
 
+@beam.typehints.with_output_types(Tuple[int, MemberBatch])
+class _BatchMembersFn(beam.DoFn):
+  """``(label, (node, length))`` → one :class:`MemberBatch` per label shard
+  and bundle, so that a cluster's members meet as arrays."""
+
+  def __init__(self, shards: int):
+    self._shards = shards
+
+  def start_bundle(self):
+    self._members = []
+
+  def process(self, member):
+    label, (node, length) = member
+    self._members.append((node, label, length))
+
+  def finish_bundle(self):
+    if not self._members:
+      return
+    nodes, labels, lengths = (np.array(c, dtype=np.int64)
+                              for c in zip(*self._members))
+    self._members = []
+    for shard, columns in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(labels, self._shards), nodes, labels, lengths):
+      yield GlobalWindows.windowed_value((shard, MemberBatch(*columns)))
+
+
 @beam.typehints.with_output_types(Clustered)
 class _ChooseFn(metrics.MeteredDoFn):
+  """A label shard's clusters: the kept member of each
+  (:func:`~transforms.kernels.clusters.choose_kept`), then every member's
+  :class:`ClusterInfo`."""
 
   STAGE = "selection"
 
@@ -142,25 +179,29 @@ class _ChooseFn(metrics.MeteredDoFn):
     return super().finish_bundle() + self._counts.flush()
 
   def process(self, element):
-    label, members = element
+    _, batches = element
     with self.meter.timed():
-      members = sorted(members)
-      # Longest first, then lowest id; with equal lengths (policy "first")
-      # this is simply the lowest id, which is also the label.
-      kept = min(members, key=lambda m: (-m[1], m[0]))[0]
-    self.meter.done(1)
-    size = len(members)
-    self._counts.add(metrics.shuffle_stat("select_kept"), 24 * size)
-    if self._first_new_id is not None:
-      members = [m for m in members if m[0] >= self._first_new_id]
-      if not members:
-        return
-      self._counts.add("clusters_with_index", int(kept < self._first_new_id))
-    self._sizes.update(size)
-    self._counts.add("clusters", 1)
-    self._counts.add("clustered_docs", len(members))
-    # bit_length() - 1 = floor(log2(size))
-    self._counts.add(metrics.size_bin_stat(metrics.CLUSTER_SIZES,
-                                           size.bit_length() - 1), 1)
-    for node, _ in members:
+      c = cluster_kernels.choose_kept(*lsh_kernels.concat_arrays(batches))
+    sizes = np.diff(c.starts)
+    self.meter.done(len(sizes))
+    self._counts.add(metrics.shuffle_stat("select_kept"), 24 * len(c.nodes))
+    members = np.ones(len(c.nodes), dtype=bool)
+    counted = np.ones(len(sizes), dtype=bool)
+    if self._first_new_id is not None and len(sizes):
+      # Only clusters holding a new document are returned and counted.
+      members = c.nodes >= self._first_new_id
+      counted = np.add.reduceat(members, c.starts[:-1]) > 0
+      indexed_kept = c.kept[c.starts[:-1]] < self._first_new_id
+      self._counts.add("clusters_with_index",
+                       int(np.count_nonzero(counted & indexed_kept)))
+    for size in sizes[counted].tolist():
+      self._sizes.update(size)
+      # bit_length() - 1 = floor(log2(size))
+      self._counts.add(metrics.size_bin_stat(metrics.CLUSTER_SIZES,
+                                             size.bit_length() - 1), 1)
+    self._counts.add("clusters", int(np.count_nonzero(counted)))
+    self._counts.add("clustered_docs", int(np.count_nonzero(members)))
+    for node, label, size, kept in zip(
+        c.nodes[members].tolist(), c.labels[members].tolist(),
+        c.sizes[members].tolist(), c.kept[members].tolist()):
       yield node, ClusterInfo(label, size, node == kept, kept)
