@@ -54,7 +54,8 @@ HOT = ("NearDedup/ComputeSignatures/SignatureBatches/Apply",
        "NearDedup/SelectKept/BatchMembers",
        "NearDedup/ExplainClusters/BatchClusters",
        "NearDedup/ExplainClusters/EdgeEnds",
-       "NearDedup/ExplainClusters/PairsToCompare")
+       "NearDedup/ExplainClusters/PairsToCompare",
+       "NearDedup/ExplainClusters/ChooseMatched")
 
 
 @pytest.mark.parametrize("verify", ["exact", "signature", "none"])
@@ -74,7 +75,7 @@ def test_hot_path_elements_get_their_deterministic_coders(verify):
             node.outputs[None].element_type)
 
   p.visit(Visitor())
-  assert len(coders) == 11
+  assert len(coders) == 12
   for label, coder in coders.items():
     assert coder.is_deterministic(), (label, coder)
     assert any(isinstance(c, elements.ArraysCoder)

@@ -54,26 +54,27 @@ class ExplainClusters(beam.PTransform):
                    _edge_ends, n).with_output_types(Tuple[int, VerifiedEdges])}
               | "JoinNeighbours" >> JoinByKey()
               | "ChooseMatched" >> beam.ParDo(_ChooseMatchedFn())
-              .with_output_types(Clustered, **{_ASKED: _Asked})
-              .with_outputs(_ASKED, main="kept"))
+              .with_output_types(_Asked, **{_KEPT: _Kept})
+              .with_outputs(_KEPT, main=_ASKED))
     pairs = chosen[_ASKED] | "PairsToCompare" >> beam.Map(
         _pairs_to_compare).with_output_types(Tuple[int, EdgeBatch])
     served = serve_texts(self._texts, inputs["docs"], pairs, n)
+    # The kept documents join too, so that every cluster row comes out of
+    # one step (no flatten for the runner to materialise).
     explained = ({"values": served["values"], "pairs": pairs,
-                  "asked": chosen[_ASKED]}
+                  "asked": chosen[_ASKED], "kept": chosen[_KEPT]}
                  | "GroupPairEnds" >> JoinByKey()
                  | "Explain" >> beam.ParDo(_ExplainFn(self._config))
                  .with_output_types(Clustered)
                  .with_outputs(metrics.COUNTS, main="clusters"))
-    clusters = ((chosen.kept, explained.clusters)
-                | "AllClusters" >> beam.Flatten())
-    return {"clusters": clusters,
+    return {"clusters": explained.clusters,
             "counts": (served["counts"], explained[metrics.COUNTS])
                       | "FlattenCounts" >> beam.Flatten()}
 
 
-_ASKED = "asked"
+_ASKED, _KEPT = "asked", "kept"
 _Asked = Tuple[int, AskedBatch]
+_Kept = Tuple[int, ClusterBatch]
 # Removed documents per asked batch: at most two pairs each, so a pair
 # batch (and its text request) stays within MAX_TEXT_BATCH.
 _ASKED_ROWS = MAX_TEXT_BATCH // 2
@@ -118,9 +119,9 @@ def _edge_ends(element, num_shards: int):
 
 
 class _ChooseMatchedFn(beam.DoFn):
-  """Kept documents pass through as they are; every other one of the shard
-  is asked about with the neighbour that explains it
-  (:func:`~transforms.kernels.clusters.choose_matched`)."""
+  """A node shard's clustered documents: the kept ones go on as they are
+  (tag ``kept``); every other one is asked about with the neighbour that
+  explains it (:func:`~transforms.kernels.clusters.choose_matched`)."""
 
   def process(self, element):
     shard, grouped = element
@@ -128,10 +129,9 @@ class _ChooseMatchedFn(beam.DoFn):
       return
     c = ClusterBatch(*lsh_kernels.concat_arrays(grouped["info"]))
     kept = c.docs == c.kept_ids
-    for doc, cluster_id, size in zip(c.docs[kept].tolist(),
-                                     c.cluster_ids[kept].tolist(),
-                                     c.sizes[kept].tolist()):
-      yield doc, ClusterInfo(cluster_id, size, True, doc)
+    if kept.any():
+      yield beam.pvalue.TaggedOutput(_KEPT, (shard, ClusterBatch(
+          *(column[kept] for column in c))))
     asked = ClusterBatch(*(column[~kept] for column in c))
     if not len(asked.docs):
       return
@@ -142,8 +142,8 @@ class _ChooseMatchedFn(beam.DoFn):
     matched = cluster_kernels.choose_matched(asked.docs, asked.kept_ids, *ends)
     for lo in range(0, len(matched), _ASKED_ROWS):
       rows = slice(lo, lo + _ASKED_ROWS)
-      yield beam.pvalue.TaggedOutput(_ASKED, (shard, AskedBatch(
-          *(column[rows] for column in asked), matched[rows])))
+      yield shard, AskedBatch(*(column[rows] for column in asked),
+                              matched[rows])
 
 
 def _pairs_to_compare(element):
@@ -171,8 +171,15 @@ class _ExplainFn(beam.DoFn):
 
   def process(self, element):
     _, grouped = element
-    if not grouped["asked"]:
-      return
+    for kept in grouped["kept"]:
+      for doc, cluster_id, size in zip(kept.docs.tolist(),
+                                       kept.cluster_ids.tolist(),
+                                       kept.sizes.tolist()):
+        yield doc, ClusterInfo(cluster_id, size, True, doc)
+    if grouped["asked"]:
+      yield from self._explain(grouped)
+
+  def _explain(self, grouped):
     docs, others = lsh_kernels.concat_arrays(grouped["pairs"])
     ids, values = sorted_values(grouped["values"])
     texts, user_ids = _texts_and_user_ids(values)
