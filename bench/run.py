@@ -300,14 +300,20 @@ def _find(rows, **match):
   return None
 
 
+def _target(tid, text, measured, ok, note="") -> dict:
+  """One target's row: ERROR when the note is an error, SKIP when not
+  measured (``ok`` None), else PASS or FAIL."""
+  status = ("ERROR" if note.startswith("error") else "SKIP" if ok is None
+            else "PASS" if ok else "FAIL")
+  return {"id": tid, "target": text, "measured": measured, "status": status,
+          "note": note}
+
+
 def evaluate_targets(sig, e2e, scale, sizes) -> List[dict]:
   targets = []
 
-  def add(tid, text, measured, ok, note=""):
-    status = ("ERROR" if note.startswith("error") else "SKIP" if ok is None
-              else "PASS" if ok else "FAIL")
-    targets.append({"id": tid, "target": text, "measured": measured,
-                    "status": status, "note": note})
+  def add(*args, **kwargs):
+    targets.append(_target(*args, **kwargs))
 
   def failed(rows, **match):
     return [r["error"].strip().splitlines()[-1] for r in rows
@@ -373,10 +379,8 @@ def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes
   to 1M, and the shuffle volume per document."""
   targets = []
 
-  def add(tid, text, measured, ok, note=""):
-    targets.append({"id": tid, "target": text, "measured": measured,
-                    "status": "SKIP" if ok is None else
-                    "PASS" if ok else "FAIL", "note": note})
+  def add(*args, **kwargs):
+    targets.append(_target(*args, **kwargs))
 
   tiny = _find(runner_rows, runner=DEFAULT_RUNNER, docs=sizes["runners_tiny"])
   add("12.1", f"a {sizes['runners_tiny']:,}-document run <= 3 s wall"

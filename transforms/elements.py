@@ -26,6 +26,9 @@ from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.transforms.window import GlobalWindows
+
+from transforms.kernels import lsh as lsh_kernels
 
 _HEADER = struct.Struct("<HB")  # dtype string length, ndim
 _DIM = struct.Struct("<q")
@@ -146,6 +149,40 @@ class ArraysCoder(beam.coders.Coder):
 
   def __hash__(self):
     return hash(type(self))
+
+
+class BatchByShard(beam.DoFn):
+  """Elements → one ``element_type`` of int64 columns per node shard and
+  bundle: ``row(element)`` gives each element's columns, and the shard is
+  that of column ``by`` (so rows with the same value there meet).
+
+  Args:
+    element_type: a NamedTuple of arrays, one field per column.
+    row: element → tuple of ints, in ``element_type``'s field order.
+    shards: the number of node shards.
+    by: the column whose value picks the shard.
+  """
+
+  def __init__(self, element_type, row, shards: int, by: int = 0):
+    self._type = element_type
+    self._row = row
+    self._shards = shards
+    self._by = by
+
+  def start_bundle(self):
+    self._rows = []
+
+  def process(self, element):
+    self._rows.append(self._row(element))
+
+  def finish_bundle(self):
+    if not self._rows:
+      return
+    columns = [np.array(c, dtype=np.int64) for c in zip(*self._rows)]
+    self._rows = []
+    for shard, parts in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(columns[self._by], self._shards), *columns):
+      yield GlobalWindows.windowed_value((shard, self._type(*parts)))
 
 
 def _arrays_coder(element_type) -> type:

@@ -9,19 +9,17 @@ from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import (AskedBatch, ClusterBatch, EdgeBatch,
-                                 VerifiedEdges)
+from transforms.elements import (AskedBatch, BatchByShard, ClusterBatch,
+                                 EdgeBatch, VerifiedEdges)
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
-from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
 from transforms.select import ClusterInfo, Clustered
-from transforms.verify import (MAX_TEXT_BATCH, exact_overlaps, serve_texts,
-                               sorted_values)
+from transforms.verify import (MAX_TEXT_BATCH, exact_similarity,
+                               serve_texts, sorted_values)
 
 
 class ExplainClusters(beam.PTransform):
@@ -49,7 +47,9 @@ class ExplainClusters(beam.PTransform):
   def expand(self, inputs):
     n = self._config.lsh_shards
     chosen = ({"info": inputs["clusters"]
-                       | "BatchClusters" >> beam.ParDo(_BatchClustersFn(n)),
+                       | "BatchClusters" >> beam.ParDo(BatchByShard(
+                           ClusterBatch, _cluster_row, n))
+                       .with_output_types(Tuple[int, ClusterBatch]),
                "edge": inputs["edges"] | "EdgeEnds" >> beam.FlatMap(
                    _edge_ends, n).with_output_types(Tuple[int, VerifiedEdges])}
               | "JoinNeighbours" >> JoinByKey()
@@ -80,30 +80,9 @@ _Kept = Tuple[int, ClusterBatch]
 _ASKED_ROWS = MAX_TEXT_BATCH // 2
 
 
-@beam.typehints.with_output_types(Tuple[int, ClusterBatch])
-class _BatchClustersFn(beam.DoFn):
-  """``(doc_id, ClusterInfo)`` → one :class:`ClusterBatch` per node shard
-  and bundle."""
-
-  def __init__(self, shards: int):
-    self._shards = shards
-
-  def start_bundle(self):
-    self._rows = []
-
-  def process(self, clustered):
-    doc, info = clustered
-    self._rows.append((doc, info.cluster_id, info.cluster_size,
-                       info.kept_doc_id))
-
-  def finish_bundle(self):
-    if not self._rows:
-      return
-    columns = [np.array(c, dtype=np.int64) for c in zip(*self._rows)]
-    self._rows = []
-    for shard, parts in lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(columns[0], self._shards), *columns):
-      yield GlobalWindows.windowed_value((shard, ClusterBatch(*parts)))
+def _cluster_row(clustered):
+  doc, info = clustered
+  return doc, info.cluster_id, info.cluster_size, info.kept_doc_id
 
 
 def _edge_ends(element, num_shards: int):
@@ -132,11 +111,11 @@ class _ChooseMatchedFn(beam.DoFn):
     if kept.any():
       yield beam.pvalue.TaggedOutput(_KEPT, (shard, ClusterBatch(
           *(column[kept] for column in c))))
-    asked = ClusterBatch(*(column[~kept] for column in c))
-    if not len(asked.docs):
+    rows = np.flatnonzero(~kept)
+    if not len(rows):
       return
-    order = np.argsort(asked.docs)
-    asked = ClusterBatch(*(column[order] for column in asked))
+    rows = rows[np.argsort(c.docs[rows])]  # choose_matched wants them sorted
+    asked = ClusterBatch(*(column[rows] for column in c))
     ends = (lsh_kernels.concat_arrays(grouped["edge"]) if grouped["edge"]
             else (np.zeros(0, np.int64),) * 2 + (np.zeros(0),))
     matched = cluster_kernels.choose_matched(asked.docs, asked.kept_ids, *ends)
@@ -184,11 +163,9 @@ class _ExplainFn(beam.DoFn):
     ids, values = sorted_values(grouped["values"])
     texts, user_ids = _texts_and_user_ids(values)
     other_rows = lsh_kernels.rows_of(ids, others)
-    inter, union = exact_overlaps(self._config, texts,
-                                  lsh_kernels.rows_of(ids, docs), other_rows)
-    reaches = jaccard_kernels.meets_threshold(inter, union,
-                                              self._config.threshold).tolist()
-    similarity = (inter / np.maximum(union, 1)).tolist()
+    reaches, similarity = exact_similarity(
+        self._config, texts, lsh_kernels.rows_of(ids, docs), other_rows)
+    reaches, similarity = reaches.tolist(), similarity.tolist()
     other_ids = user_ids[other_rows]
     pair = {p: i for i, p in enumerate(zip(docs.tolist(), others.tolist()))}
     for asked in grouped["asked"]:

@@ -6,10 +6,9 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
-from transforms.elements import MemberBatch
+from transforms.elements import BatchByShard, MemberBatch
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -118,7 +117,10 @@ class SelectKept(beam.PTransform):
       members = labels | "KeyByLabel" >> beam.Map(
           lambda nl: (nl[1], (nl[0], 0)))
     chosen = (members
-              | "BatchMembers" >> beam.ParDo(_BatchMembersFn(self._shards))
+              # A cluster's members meet as arrays at their label's shard.
+              | "BatchMembers" >> beam.ParDo(BatchByShard(
+                  MemberBatch, _member_row, self._shards, by=1))
+              .with_output_types(Tuple[int, MemberBatch])
               | "GroupClusters" >> beam.GroupByKey()
               | "ChooseKept" >> beam.ParDo(
                   _ChooseFn(self._first_new_id)).with_outputs(
@@ -133,30 +135,9 @@ def _member_with_length(element):
     yield label, (node, length)
 
 
-@beam.typehints.with_output_types(Tuple[int, MemberBatch])
-class _BatchMembersFn(beam.DoFn):
-  """``(label, (node, length))`` → one :class:`MemberBatch` per label shard
-  and bundle, so that a cluster's members meet as arrays."""
-
-  def __init__(self, shards: int):
-    self._shards = shards
-
-  def start_bundle(self):
-    self._members = []
-
-  def process(self, member):
-    label, (node, length) = member
-    self._members.append((node, label, length))
-
-  def finish_bundle(self):
-    if not self._members:
-      return
-    nodes, labels, lengths = (np.array(c, dtype=np.int64)
-                              for c in zip(*self._members))
-    self._members = []
-    for shard, columns in lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(labels, self._shards), nodes, labels, lengths):
-      yield GlobalWindows.windowed_value((shard, MemberBatch(*columns)))
+def _member_row(member):
+  label, (node, length) = member
+  return node, label, length
 
 
 @beam.typehints.with_output_types(Clustered)

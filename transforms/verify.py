@@ -396,10 +396,15 @@ class _SignatureCompareFn(_CompareFn):
 class _ExactCompareFn(_CompareFn):
 
   def passes(self, ids, values, src_rows, dst_rows):
-    inter, union = exact_overlaps(self._config, values, src_rows, dst_rows)
-    passed = jaccard_kernels.meets_threshold(inter, union,
-                                             self._config.threshold)
-    return passed, inter / np.maximum(union, 1)
+    return exact_similarity(self._config, values, src_rows, dst_rows)
+
+
+def exact_similarity(config: DedupConfig, texts, src_rows, dst_rows):
+  """``(reaches config.threshold bool[m], exact Jaccard float64[m])`` of
+  the pairs ``(texts[src_rows[i]], texts[dst_rows[i]])``."""
+  inter, union = exact_overlaps(config, texts, src_rows, dst_rows)
+  return (jaccard_kernels.meets_threshold(inter, union, config.threshold),
+          inter / np.maximum(union, 1))
 
 
 def exact_overlaps(config: DedupConfig, texts, src_rows, dst_rows):
