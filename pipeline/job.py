@@ -67,11 +67,10 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   """
   final = output
   output = staging_path(final, run_id or uuid.uuid4().hex[:16])
+  # Per-document elements only for the index's user ids.
   read = pipeline | "ReadDocuments" >> ReadDocuments(
       patterns, input_format, text_field, id_field,
-      against.first_file if against else 0)
-  texts = read["documents"] | "DocText" >> beam.Map(
-      lambda d: (d.doc_id, d.text))
+      against.first_file if against else 0, documents=bool(index_out))
   served_files, indexed, old, indexed_paths = read["files"], None, None, None
   if against is not None:
     old = pipeline | "ReadIndex" >> ReadIndex(against, config,
@@ -84,9 +83,10 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
     indexed_paths = {f.index: f.path for f in against.files}
   # Exact verification reads the candidates back from the input files
   # rather than shuffling every document's text.
-  dedup = texts | "NearDedup" >> NearDedup(
+  dedup = read["batches"] | "NearDedup" >> NearDedup(
       config, ServeTextsFromFiles(served_files, text_field),
-      ServeTextsFromFiles(served_files, text_field, id_field), indexed)
+      ServeTextsFromFiles(served_files, text_field, id_field), indexed,
+      batched=True)
   written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
               "files": read["files"]}
              | "WriteResults" >> WriteResults(output, id_field,

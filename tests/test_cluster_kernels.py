@@ -64,7 +64,9 @@ def test_choose_matched_prefers_the_kept_document_then_similarity_then_id():
       np.array([10, 10, 20, 20, 20, 30, 30, 99]),
       np.array([7, 1, 5, 4, 6, 8, 9, 1]),
       np.array([0.99, 0.1, 0.5, 0.5, 0.7, np.nan, np.nan, 1.0]))
-  assert got.tolist() == [1, 6, 8]
+  assert got.neighbours.tolist() == [1, 6, 8]
+  assert got.similarity[:2].tolist() == [0.1, 0.7]
+  assert np.isnan(got.similarity[2])
 
 
 def test_choose_matched_names_a_document_without_edges():
@@ -87,5 +89,9 @@ def test_choose_matched_matches_the_rule(ends):
   neighbours = {}
   for d, o, s in ends:
     neighbours.setdefault(d, []).append((o, s))
-  assert got.tolist() == [_matched_by_rule(k, neighbours[d])
-                          for d, k in zip(docs.tolist(), kept.tolist())]
+  want = [_matched_by_rule(k, neighbours[d])
+          for d, k in zip(docs.tolist(), kept.tolist())]
+  assert got.neighbours.tolist() == want
+  for d, m, s in zip(docs.tolist(), want, got.similarity.tolist()):
+    known = [x for o, x in neighbours[d] if o == m and not math.isnan(x)]
+    assert s == max(known) if known else math.isnan(s)

@@ -15,7 +15,7 @@ def test_coders_round_trip_exactly_into_writable_arrays(coder):
   rng = np.random.default_rng(3)
   columns = [rng.integers(0, 2**62, 5).astype(np.uint64),
              np.arange(5, dtype=np.int64), rng.random(5),
-             rng.integers(-2**62, 2**62, 5), np.arange(5, 10)]
+             rng.integers(-2**62, 2**62, 5), np.arange(5, 10), rng.random(5)]
   if coder.TYPE is elements.SignatureBatch:
     columns = [columns[1], rng.integers(0, 2**32, (5, 7)).astype(np.uint32)]
   value = coder.TYPE(*columns[:len(coder.TYPE._fields)])
@@ -86,3 +86,35 @@ def _components(coder):
   yield coder
   for c in coder._get_component_coders():
     yield from _components(c)
+
+
+def test_text_batches_round_trip_and_refuse_mismatched_bytes():
+  coder = elements.TextBatchCoder()
+  batch = elements.TextBatch(np.array([7, 1 << 40, 3], dtype=np.int64),
+                             ["", "caf\u00e9 \U0001f600", "a\nb\x00"])
+  encoded = coder.encode(batch)
+  decoded = coder.decode(encoded)
+  assert decoded.ids.dtype == np.int64 and decoded.ids.flags.writeable
+  assert decoded.ids.tolist() == batch.ids.tolist()
+  assert decoded.texts == batch.texts and coder.is_deterministic()
+  assert coder.encode(decoded) == encoded
+  with pytest.raises(ValueError, match="add up"):
+    coder.decode(encoded + b"x")
+  with pytest.raises(ValueError, match="2 ids and 1 texts"):
+    coder.encode(elements.TextBatch(np.array([1, 2]), ["a"]))
+
+
+def test_read_batches_get_their_coder():
+  p = beam.Pipeline(runner="FnApiRunner")
+  job.build(p, ["in/*.jsonl"], "out", DedupConfig(), run_id="coders")
+  found = []
+
+  class Visitor(beam.pipeline.PipelineVisitor):
+
+    def visit_transform(self, node):
+      if node.full_label.startswith("ReadDocuments/ReadFiles/ParDo("):
+        found.append(beam.coders.registry.get_coder(
+            node.outputs["batches"].element_type))
+
+  p.visit(Visitor())
+  assert [type(c) for c in found] == [elements.TextBatchCoder]

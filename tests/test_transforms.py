@@ -16,7 +16,8 @@ from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
                         ReadDocuments, SelectKept, Shingle, VerifyEdges,
                         VerifyExact)
 from transforms import metrics
-from transforms.elements import SignatureBatch
+from transforms.elements import SignatureBatch, TextBatch
+from transforms import read as read_module
 from transforms.read import ROW_BITS, InputFile
 from transforms.verify import ServeTextsFromFiles
 from transforms.kernels import lsh as lsh_kernels
@@ -84,6 +85,20 @@ def test_read_documents_assigns_positional_ids_and_rejects_with_reasons(
         lambda f: (f.index, f.format))
     assert_that(files, equal_to([(0, "jsonl"), (1, "text"), (2, "parquet")]),
                 label="Files")
+
+
+def test_read_batches_hold_every_document_in_row_order(tmp_path, monkeypatch):
+  monkeypatch.setattr(read_module, "TEXT_BATCH", 2)
+  (tmp_path / "a.jsonl").write_bytes(
+      b'{"text": "t0"}\n{"text": 1}\n{"text": "t2"}\n{"text": "t3"}\n'
+      b'{"text": "t4"}\n')
+  with pipeline() as p:
+    read = p | ReadDocuments(str(tmp_path / "a.jsonl"), documents=False)
+    batches = read["batches"] | beam.Map(
+        lambda b: ([i & 0xFFFF for i in b.ids.tolist()], b.texts))
+    assert_that(batches, equal_to([([0, 2], ["t0", "t2"]),
+                                   ([3, 4], ["t3", "t4"])]), label="Batches")
+    assert_that(read["documents"], equal_to([]), label="NoDocuments")
 
 
 def test_read_documents_keeps_raw_jsonl_line(tmp_path):
@@ -258,7 +273,8 @@ def test_select_kept_one_per_cluster(keep, kept):
          ("cluster_size_log2_01", 2)]), label="Counts")
 
 
-def test_near_dedup_on_a_user_pcollection():
+@pytest.mark.parametrize("batched", [False, True])
+def test_near_dedup_on_a_user_pcollection(batched):
   base = ("near duplicate detection keeps one document of every cluster of "
           "similar documents in the corpus")
   texts = {10: base, 11: base.upper() + "!!", 12: base.replace("corpus",
@@ -267,7 +283,12 @@ def test_near_dedup_on_a_user_pcollection():
            14: ""}
   config = DedupConfig(ngram=3, threshold=0.6)
   with pipeline() as p:
-    out = p | beam.Create(sorted(texts.items())) | NearDedup(config)
+    docs = p | beam.Create(sorted(texts.items()))
+    if batched:  # two TextBatch elements, as ReadDocuments gives them
+      docs = docs | beam.combiners.ToList() | beam.FlatMap(lambda pairs: [
+          TextBatch(np.array([i for i, _ in part], dtype=np.int64),
+                    [t for _, t in part]) for part in (pairs[:2], pairs[2:])])
+    out = docs | NearDedup(config, batched=batched)
     assert_that(out["clusters"] | "Flags" >> beam.Map(
         lambda kv: (kv[0], kv[1].cluster_id, kv[1].kept, kv[1].kept_doc_id,
                     kv[1].matched_doc_id)),

@@ -53,7 +53,8 @@ class ExplainClusters(beam.PTransform):
                "edge": inputs["edges"] | "EdgeEnds" >> beam.FlatMap(
                    _edge_ends, n).with_output_types(Tuple[int, VerifiedEdges])}
               | "JoinNeighbours" >> JoinByKey()
-              | "ChooseMatched" >> beam.ParDo(_ChooseMatchedFn())
+              | "ChooseMatched" >> beam.ParDo(_ChooseMatchedFn(
+                  self._config.verify == "exact"))
               .with_output_types(_Asked, **{_KEPT: _Kept})
               .with_outputs(_KEPT, main=_ASKED))
     pairs = chosen[_ASKED] | "PairsToCompare" >> beam.Map(
@@ -100,7 +101,12 @@ def _edge_ends(element, num_shards: int):
 class _ChooseMatchedFn(beam.DoFn):
   """A node shard's clustered documents: the kept ones go on as they are
   (tag ``kept``); every other one is asked about with the neighbour that
-  explains it (:func:`~transforms.kernels.clusters.choose_matched`)."""
+  explains it (:func:`~transforms.kernels.clusters.choose_matched`) and,
+  when the edges were verified ``exact``, their exact Jaccard (the edges'
+  similarity: the same texts, shingled the same way)."""
+
+  def __init__(self, exact: bool):
+    self._exact = exact
 
   def process(self, element):
     shard, grouped = element
@@ -119,10 +125,12 @@ class _ChooseMatchedFn(beam.DoFn):
     ends = (lsh_kernels.concat_arrays(grouped["edge"]) if grouped["edge"]
             else (np.zeros(0, np.int64),) * 2 + (np.zeros(0),))
     matched = cluster_kernels.choose_matched(asked.docs, asked.kept_ids, *ends)
-    for lo in range(0, len(matched), _ASKED_ROWS):
-      rows = slice(lo, lo + _ASKED_ROWS)
-      yield shard, AskedBatch(*(column[rows] for column in asked),
-                              matched[rows])
+    similarity = (matched.similarity if self._exact
+                  else np.full(len(rows), np.nan))
+    for lo in range(0, len(rows), _ASKED_ROWS):
+      part = slice(lo, lo + _ASKED_ROWS)
+      yield shard, AskedBatch(*(column[part] for column in asked),
+                              matched.neighbours[part], similarity[part])
 
 
 def _pairs_to_compare(element):
@@ -163,14 +171,26 @@ class _ExplainFn(beam.DoFn):
     ids, values = sorted_values(grouped["values"])
     texts, user_ids = _texts_and_user_ids(values)
     other_rows = lsh_kernels.rows_of(ids, others)
-    reaches, similarity = exact_similarity(
-        self._config, texts, lsh_kernels.rows_of(ids, docs), other_rows)
+    pair = {p: i for i, p in enumerate(zip(docs.tolist(), others.tolist()))}
+    # A pair on a verified edge passed (reaches) with the Jaccard measured
+    # then; only the others are measured here.
+    similarity = np.full(len(docs), np.nan)
+    for asked in grouped["asked"]:
+      for doc, matched, known in zip(asked.docs.tolist(),
+                                     asked.matched.tolist(),
+                                     asked.similarity.tolist()):
+        similarity[pair[doc, matched]] = known
+    reaches = ~np.isnan(similarity)
+    todo = np.flatnonzero(~reaches)
+    if len(todo):
+      reaches[todo], similarity[todo] = exact_similarity(
+          self._config, texts, lsh_kernels.rows_of(ids, docs[todo]),
+          other_rows[todo])
     reaches, similarity = reaches.tolist(), similarity.tolist()
     other_ids = user_ids[other_rows]
-    pair = {p: i for i, p in enumerate(zip(docs.tolist(), others.tolist()))}
     for asked in grouped["asked"]:
       for doc, cluster_id, size, kept, matched in zip(
-          *(column.tolist() for column in asked)):
+          *(column.tolist() for column in asked[:-1])):
         m, k = pair[doc, matched], pair[doc, kept]
         guarded = not reaches[k] and self._config.chain_guard
         self._counts.add("chain_docs", int(not reaches[k]))

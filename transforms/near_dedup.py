@@ -19,7 +19,8 @@ INDEXED_LENGTH = 1 << 62
 
 
 class NearDedup(beam.PTransform):
-  """``(doc_id: int, text: str)`` → ``{"clusters", "counts"}``.
+  """``(doc_id: int, text: str)`` (or, ``batched``,
+  :class:`~transforms.elements.TextBatch`) → ``{"clusters", "counts"}``.
 
   ``clusters``: ``(doc_id, ClusterInfo)`` for every document in a duplicate
   cluster of two or more; a document absent from it is unique and kept.
@@ -47,16 +48,23 @@ class NearDedup(beam.PTransform):
   """
 
   def __init__(self, config: DedupConfig, texts: beam.PTransform = None,
-               explain_texts: beam.PTransform = None, index=None):
+               explain_texts: beam.PTransform = None, index=None,
+               batched: bool = False):
     super().__init__()
     self._config = config
     self._texts = texts
     self._explain_texts = explain_texts
     self._index = index
+    self._batched = batched
 
-  def expand(self, docs):
+  def expand(self, inputs):
     c = self._config
-    signed = docs | "ComputeSignatures" >> ComputeSignatures(c)
+    signed = inputs | "ComputeSignatures" >> ComputeSignatures(
+        c, self._batched)
+    # Per-document pairs only where texts are not served from the files.
+    docs = inputs
+    if self._batched and self._texts is None:
+      docs = inputs | "UnbatchTexts" >> beam.FlatMap(_pairs)
     signatures = signed["signatures"]
     keyed = signatures | "BandKey" >> BandKey(c)
     index = self._index
@@ -84,7 +92,9 @@ class NearDedup(beam.PTransform):
                       c.max_cc_rounds, c.max_residual_edges))
     lengths = None
     if c.keep == "longest":
-      lengths = docs | "TextLengths" >> beam.Map(lambda d: (d[0], len(d[1])))
+      lengths = (inputs | "TextLengths" >> beam.FlatMap(_lengths)
+                 if self._batched else
+                 docs | "TextLengths" >> beam.Map(lambda d: (d[0], len(d[1]))))
       if index is not None:
         # An indexed document always wins: it is longer than any new one.
         lengths = ((lengths, index.signatures | "IndexedLengths" >>
@@ -102,3 +112,11 @@ class NearDedup(beam.PTransform):
     return {"clusters": explained["clusters"],
             "counts": counts | "FlattenCounts" >> beam.Flatten(),
             "signatures": signatures, "keys": keyed["keys"]}
+
+
+def _pairs(batch):
+  return zip(batch.ids.tolist(), batch.texts)
+
+
+def _lengths(batch):
+  return zip(batch.ids.tolist(), map(len, batch.texts))

@@ -8,7 +8,7 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import SignatureBatch
+from transforms.elements import SignatureBatch, TextBatch
 from transforms.kernels import minhash as minhash_kernels
 from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import reference_text as text_kernels
@@ -24,14 +24,18 @@ def normalize_options(config: DedupConfig) -> dict:
 
 
 class _BatchFn(beam.DoFn):
-  """Unzips a batch of ``(doc_id, value)`` pairs for a vectorised kernel."""
+  """Unzips a batch of ``(doc_id, value)`` pairs (or a
+  :class:`~transforms.elements.TextBatch`) for a vectorised kernel."""
 
   def __init__(self, config: DedupConfig):
     self._config = config
 
   def process(self, batch):
-    ids = [doc_id for doc_id, _ in batch]
-    values = [value for _, value in batch]
+    if isinstance(batch, TextBatch):
+      ids, values = batch.ids, batch.texts
+    else:
+      ids = [doc_id for doc_id, _ in batch]
+      values = [value for _, value in batch]
     yield from self.compute(ids, values)
 
   def compute(self, ids, values):
@@ -124,16 +128,20 @@ class _SignatureFn(metrics.MeteredDoFn, _PermutationsFn):
 
 
 class _Batched(beam.PTransform):
-  """Batches ``(doc_id, value)`` pairs and applies a ``_BatchFn``."""
+  """Batches ``(doc_id, value)`` pairs (unless they come ``batched``, as
+  :class:`~transforms.elements.TextBatch`) and applies a ``_BatchFn``."""
 
-  def __init__(self, fn: _BatchFn, with_counts: bool):
+  def __init__(self, fn: _BatchFn, with_counts: bool, batched: bool = False):
     super().__init__()
     self._fn = fn
     self._with_counts = with_counts
+    self._batched = batched
 
   def expand(self, pcoll):
-    batches = pcoll | "Batch" >> beam.BatchElements(
-        min_batch_size=_MIN_BATCH, max_batch_size=_MAX_BATCH)
+    batches = pcoll
+    if not self._batched:
+      batches = pcoll | "Batch" >> beam.BatchElements(
+          min_batch_size=_MIN_BATCH, max_batch_size=_MAX_BATCH)
     applied = batches | "Apply" >> beam.ParDo(self._fn).with_outputs(
         metrics.COUNTS, main="main")
     if self._with_counts:
@@ -185,6 +193,8 @@ class ComputeSignatures(beam.PTransform):
 
   Args:
     config: the shingling, sketch and ``min_tokens`` parameters.
+    batched: the input is :class:`~transforms.elements.TextBatch` elements
+      (each signed as one batch) rather than pairs.
 
   Returns:
     ``{"signatures", "counts"}``: :class:`~transforms.elements.
@@ -192,11 +202,12 @@ class ComputeSignatures(beam.PTransform):
     ``docs_too_short`` counts.
   """
 
-  def __init__(self, config: DedupConfig):
+  def __init__(self, config: DedupConfig, batched: bool = False):
     super().__init__()
     self._config = config
+    self._batched = batched
 
   def expand(self, pcoll):
     out = pcoll | "SignatureBatches" >> _Batched(
-        _SignatureFn(self._config), with_counts=True)
+        _SignatureFn(self._config), with_counts=True, batched=self._batched)
     return {"signatures": out["main"], "counts": out[metrics.COUNTS]}

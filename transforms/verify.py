@@ -26,8 +26,7 @@ from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.elements import EdgeBatch, VerifiedEdges
 from transforms.join import JoinByKey
-from transforms.read import (InputChangedError, make_doc_id, read_file,
-                             read_texts, split_doc_id)
+from transforms.read import make_doc_id, read_texts, split_doc_id
 from transforms.kernels import connected as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -310,25 +309,8 @@ class _ReadCandidatesFn(beam.DoFn):
 
   def _read(self, source, rows):
     """The texts (or ``(text, user id)`` pairs) of the sorted ``rows``."""
-    if self._id_field is None:
-      return (text for _, text in read_texts(source, rows.tolist(),
-                                             self._text_field))
-    return _records(source, rows, self._text_field, self._id_field)
-
-
-def _records(source, rows, text_field, id_field):
-  wanted = iter(make_doc_id(source.index, r) for r in rows.tolist())
-  target = next(wanted, None)
-  for record in read_file(source, text_field, id_field):
-    if target is None:
-      return
-    if record.doc_id == target:
-      yield record.text, record.user_id
-      target = next(wanted, None)
-  if target is not None:
-    raise InputChangedError(
-        f"{source.path} has fewer documents than when it was read: it "
-        "changed while the job ran; rerun on an unchanging snapshot.")
+    return (value for _, value in read_texts(source, rows.tolist(),
+                                             self._text_field, self._id_field))
 
 
 class _Compare(beam.PTransform):

@@ -21,8 +21,9 @@ from transforms.stats import finalize_stats
 from transforms.read import (ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
                              InputChangedError, check_unchanged,
                              compression_suffix, create_stream, field_value,
-                             iter_raw_lines, line_content, make_doc_id,
-                             open_arrow, open_batches, split_doc_id)
+                             iter_raw_lines, json_field, line_content,
+                             make_doc_id, open_arrow, open_batches,
+                             split_doc_id)
 
 # One output part per (input file, 2**20 rows): bounds a writer's memory.
 PART_ROW_BITS = 20
@@ -435,7 +436,7 @@ class _ArrowSink(_ParquetSink):
 
 
 def _json_field(line: bytes, field: str):
-  return field_value(json.loads(line.decode("utf-8")), field)[1]
+  return json_field(line.decode("utf-8"), field)
 
 
 def _cluster_row(doc_id, info, user_id, source, indexed=None):

@@ -49,9 +49,17 @@ def choose_kept(nodes: np.ndarray, labels: np.ndarray,
                 np.repeat(kept, sizes), starts)
 
 
+class Matched(NamedTuple):
+  """Each explained document's ``neighbours`` and the ``similarity`` of
+  that edge (NaN when unknown; the highest of its ends when it has
+  several)."""
+  neighbours: np.ndarray
+  similarity: np.ndarray
+
+
 def choose_matched(docs: np.ndarray, kept_ids: np.ndarray,
                    end_docs: np.ndarray, end_others: np.ndarray,
-                   end_similarity: np.ndarray) -> np.ndarray:
+                   end_similarity: np.ndarray) -> Matched:
   """The neighbour each of ``docs`` is explained by, among its verified
   edges ``end_docs[i] -> end_others[i]`` (similarity NaN when unknown): its
   cluster's kept document when they share an edge, else the most similar
@@ -66,10 +74,11 @@ def choose_matched(docs: np.ndarray, kept_ids: np.ndarray,
   Raises:
     ValueError: a document has no edge end.
 
-  >>> choose_matched(np.array([3, 7]), np.array([1, 1]),
-  ...                np.array([3, 3, 7, 7]), np.array([8, 1, 9, 2]),
-  ...                np.array([0.9, 0.5, np.nan, 0.6])).tolist()
-  [1, 2]
+  >>> m = choose_matched(np.array([3, 7]), np.array([1, 1]),
+  ...                    np.array([3, 3, 7, 7]), np.array([8, 1, 9, 2]),
+  ...                    np.array([0.9, 0.5, np.nan, 0.6]))
+  >>> m.neighbours.tolist(), m.similarity.tolist()
+  ([1, 2], [0.5, 0.6])
   """
   docs = np.asarray(docs, dtype=np.int64)
   end_docs = np.asarray(end_docs, dtype=np.int64)
@@ -81,10 +90,10 @@ def choose_matched(docs: np.ndarray, kept_ids: np.ndarray,
   not_kept = others != kept_ids[rows]
   rank = np.where(np.isnan(similarity), np.inf, -similarity)
   order = np.lexsort((others, rank, not_kept, rows))
-  rows, others = rows[order], others[order]
+  rows, others, similarity = rows[order], others[order], similarity[order]
   first = np.r_[True, rows[1:] != rows[:-1]] if len(rows) else rows.astype(bool)
   if np.count_nonzero(first) != len(docs):
     missing = np.setdiff1d(np.arange(len(docs)), rows)
     raise ValueError(f"document {int(docs[missing[0]])} has no verified edge"
                      " to explain it by")
-  return others[first]
+  return Matched(others[first], similarity[first])
