@@ -10,7 +10,8 @@ also unpack it as a plain tuple. Keyed by a shard they travel as
 * :class:`SignatureBatch` from Sign (:mod:`transforms.sign`),
 * ``(band-key shard, KeyShard)`` from Band (:mod:`transforms.band`),
 * ``(edge shard, EdgeBatch)`` from Collide (:mod:`transforms.collide`), and
-  the ``(doc, other)`` pairs that Explain measures,
+  the ``(doc, other)`` pairs that Explain measures with the documents
+  whose user ids it asks for (:class:`TextRequest`),
 * ``(edge shard, VerifiedEdges)`` from Verify (:mod:`transforms.verify`),
 * ``(label shard, MemberBatch)`` inside Select (:mod:`transforms.select`),
 * ``(node shard, ClusterBatch)`` and ``(node shard, AskedBatch)`` inside
@@ -62,6 +63,15 @@ class EdgeBatch(NamedTuple):
   """Edges (document pairs) ``src`` int64[m] → ``dst`` int64[m]."""
   src: np.ndarray
   dst: np.ndarray
+
+
+class TextRequest(NamedTuple):
+  """What Explain asks the text servers for: the texts of both ends of the
+  pairs ``src`` → ``dst`` int64[m] it measures, and only the user ids of
+  the documents ``ids`` int64[k]."""
+  src: np.ndarray
+  dst: np.ndarray
+  ids: np.ndarray
 
 
 class VerifiedEdges(NamedTuple):
@@ -261,13 +271,14 @@ def _arrays_coder(element_type) -> type:
 SignatureBatchCoder = _arrays_coder(SignatureBatch)
 KeyShardCoder = _arrays_coder(KeyShard)
 EdgeBatchCoder = _arrays_coder(EdgeBatch)
+TextRequestCoder = _arrays_coder(TextRequest)
 VerifiedEdgesCoder = _arrays_coder(VerifiedEdges)
 MemberBatchCoder = _arrays_coder(MemberBatch)
 ClusterBatchCoder = _arrays_coder(ClusterBatch)
 AskedBatchCoder = _arrays_coder(AskedBatch)
 
 CODERS = (SignatureBatchCoder, KeyShardCoder, EdgeBatchCoder,
-          VerifiedEdgesCoder, MemberBatchCoder, ClusterBatchCoder,
+          TextRequestCoder, VerifiedEdgesCoder, MemberBatchCoder, ClusterBatchCoder,
           AskedBatchCoder)
 for _coder in CODERS:
   beam.coders.registry.register_coder(_coder.TYPE, _coder)

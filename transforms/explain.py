@@ -5,6 +5,7 @@ and the chain guard. Runs after :mod:`transforms.select`, before
 
 from __future__ import annotations
 
+import math
 from typing import Tuple
 
 import apache_beam as beam
@@ -13,7 +14,7 @@ import numpy as np
 from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.elements import (AskedBatch, BatchByShard, ClusterBatch,
-                                 EdgeBatch, VerifiedEdges)
+                                 TextRequest, VerifiedEdges)
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -58,7 +59,7 @@ class ExplainClusters(beam.PTransform):
               .with_output_types(_Asked, **{_KEPT: _Kept})
               .with_outputs(_KEPT, main=_ASKED))
     pairs = chosen[_ASKED] | "PairsToCompare" >> beam.Map(
-        _pairs_to_compare).with_output_types(Tuple[int, EdgeBatch])
+        _pairs_to_compare).with_output_types(Tuple[int, TextRequest])
     served = serve_texts(self._texts, inputs["docs"], pairs, n)
     # The kept documents join too, so that every cluster row comes out of
     # one step (no flatten for the runner to materialise).
@@ -134,13 +135,17 @@ class _ChooseMatchedFn(beam.DoFn):
 
 
 def _pairs_to_compare(element):
-  """The pairs whose exact Jaccard explains the asked documents: each with
-  its matched neighbour, and with its kept document when that is another."""
+  """What explains the asked documents: the pairs whose exact Jaccard is
+  not known yet (each document with its matched neighbour, unless
+  verification measured that edge, and with its kept document when that
+  is another), and the matched neighbours' user ids."""
   shard, asked = element
+  unknown = np.isnan(asked.similarity)
   also_kept = asked.matched != asked.kept_ids
-  return shard, EdgeBatch(
-      np.concatenate([asked.docs, asked.docs[also_kept]]),
-      np.concatenate([asked.matched, asked.kept_ids[also_kept]]))
+  return shard, TextRequest(
+      np.concatenate([asked.docs[unknown], asked.docs[also_kept]]),
+      np.concatenate([asked.matched[unknown], asked.kept_ids[also_kept]]),
+      asked.matched)
 
 
 class _ExplainFn(beam.DoFn):
@@ -167,38 +172,36 @@ class _ExplainFn(beam.DoFn):
       yield from self._explain(grouped)
 
   def _explain(self, grouped):
-    docs, others = lsh_kernels.concat_arrays(grouped["pairs"])
+    requests = grouped["pairs"]
+    src = np.concatenate([r.src for r in requests])
+    dst = np.concatenate([r.dst for r in requests])
     ids, values = sorted_values(grouped["values"])
     texts, user_ids = _texts_and_user_ids(values)
-    other_rows = lsh_kernels.rows_of(ids, others)
-    pair = {p: i for i, p in enumerate(zip(docs.tolist(), others.tolist()))}
-    # A pair on a verified edge passed (reaches) with the Jaccard measured
-    # then; only the others are measured here.
-    similarity = np.full(len(docs), np.nan)
+    # (reaches the threshold, exact Jaccard) per pair: a verified edge
+    # passed with the Jaccard measured then; the others are measured here.
+    measured = {}
+    if len(src):
+      src_rows, dst_rows = (lsh_kernels.rows_of(ids, src),
+                            lsh_kernels.rows_of(ids, dst))
+      shown = np.unique(np.concatenate([src_rows, dst_rows]))
+      reaches, similarity = exact_similarity(
+          self._config, texts[shown], np.searchsorted(shown, src_rows),
+          np.searchsorted(shown, dst_rows))
+      measured = dict(zip(zip(src.tolist(), dst.tolist()),
+                          zip(reaches.tolist(), similarity.tolist())))
     for asked in grouped["asked"]:
-      for doc, matched, known in zip(asked.docs.tolist(),
-                                     asked.matched.tolist(),
-                                     asked.similarity.tolist()):
-        similarity[pair[doc, matched]] = known
-    reaches = ~np.isnan(similarity)
-    todo = np.flatnonzero(~reaches)
-    if len(todo):
-      reaches[todo], similarity[todo] = exact_similarity(
-          self._config, texts, lsh_kernels.rows_of(ids, docs[todo]),
-          other_rows[todo])
-    reaches, similarity = reaches.tolist(), similarity.tolist()
-    other_ids = user_ids[other_rows]
-    for asked in grouped["asked"]:
-      for doc, cluster_id, size, kept, matched in zip(
-          *(column.tolist() for column in asked[:-1])):
-        m, k = pair[doc, matched], pair[doc, kept]
-        guarded = not reaches[k] and self._config.chain_guard
-        self._counts.add("chain_docs", int(not reaches[k]))
+      matched_ids = user_ids[lsh_kernels.rows_of(ids, asked.matched)].tolist()
+      for doc, cluster_id, size, kept, matched, known, matched_id in zip(
+          *(column.tolist() for column in asked), matched_ids):
+        m = measured[doc, matched] if math.isnan(known) else (True, known)
+        k = m if kept == matched else measured[doc, kept]
+        guarded = not k[0] and self._config.chain_guard
+        self._counts.add("chain_docs", int(not k[0]))
         self._counts.add("chain_kept", int(guarded))
         yield doc, ClusterInfo(
             cluster_id, size, guarded, kept, matched_doc_id=matched,
-            matched_id=other_ids[m], matched_jaccard=similarity[m],
-            jaccard_to_kept=similarity[k], chain_kept=guarded)
+            matched_id=matched_id, matched_jaccard=m[1],
+            jaccard_to_kept=k[1], chain_kept=guarded)
 
 
 def _texts_and_user_ids(values):

@@ -24,7 +24,7 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import EdgeBatch, VerifiedEdges
+from transforms.elements import EdgeBatch, TextRequest, VerifiedEdges
 from transforms.join import JoinByKey
 from transforms.read import make_doc_id, read_texts, split_doc_id
 from transforms.kernels import connected as graph_kernels
@@ -191,7 +191,8 @@ def _text_batch(batch):
 
 def _nbytes(values) -> int:
   if values.dtype == object:
-    return sum(len(v[0] if isinstance(v, tuple) else v) for v in values)
+    return sum(len((v[0] or "") if isinstance(v, tuple) else v)
+               for v in values)
   return values.nbytes
 
 
@@ -231,8 +232,17 @@ class _Serve(beam.PTransform):
 
 
 def _endpoints(element):
-  edge_shard, (src, dst) = element
-  return edge_shard, np.unique(np.concatenate([src, dst]))
+  """``(edge shard, the requested documents, whether each one's text is
+  asked for)``, from an :class:`EdgeBatch` (texts of both ends) or a
+  :class:`TextRequest` (its ``ids`` want only their user ids)."""
+  edge_shard, request = element
+  texts = np.unique(np.concatenate(request[:2]))
+  if not isinstance(request, TextRequest):
+    return edge_shard, texts, np.ones(len(texts), dtype=bool)
+  only_ids = np.setdiff1d(request.ids, texts)
+  nodes = np.concatenate([texts, only_ids])
+  order = np.argsort(nodes, kind="stable")
+  return edge_shard, nodes[order], (np.arange(len(nodes)) < len(texts))[order]
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
@@ -242,7 +252,7 @@ class _RequestFn(beam.DoFn):
     self._num_shards = num_shards
 
   def process(self, element):
-    edge_shard, nodes = _endpoints(element)
+    edge_shard, nodes, _ = _endpoints(element)
     for shard, (wanted,) in lsh_kernels.split_by_shard(
         lsh_kernels.node_shard(nodes, self._num_shards), nodes):
       yield shard, (wanted, edge_shard)
@@ -274,10 +284,10 @@ def sorted_values(batches):
 class _RequestByFileFn(beam.DoFn):
 
   def process(self, element):
-    edge_shard, nodes = _endpoints(element)
-    for file_index, (wanted,) in lsh_kernels.split_by_shard(
-        split_doc_id(nodes)[0], nodes):
-      yield file_index, (wanted, edge_shard)
+    edge_shard, nodes, with_text = _endpoints(element)
+    for file_index, (wanted, texts) in lsh_kernels.split_by_shard(
+        split_doc_id(nodes)[0], nodes, with_text):
+      yield file_index, (wanted, texts, edge_shard)
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
@@ -293,13 +303,16 @@ class _ReadCandidatesFn(beam.DoFn):
     if not wants:
       return
     (source,) = grouped["file"]
-    _, rows = split_doc_id(np.unique(np.concatenate([w for w, _ in wants])))
+    _, rows = split_doc_id(np.unique(np.concatenate([w for w, _, _ in wants])))
     texts = np.empty(len(rows), dtype=object)
     for i, value in enumerate(self._read(source, rows)):
       texts[i] = value
     ids = make_doc_id(source.index, rows)
-    for wanted, edge_shard in wants:
+    for wanted, with_text, edge_shard in wants:
       found = texts[lsh_kernels.rows_of(ids, wanted)]
+      # A document asked for its user id alone sends no text.
+      for i in np.flatnonzero(~with_text).tolist():
+        found[i] = (None, found[i][1]) if self._id_field else None
       yield metrics.shuffled(self._stat, wanted.nbytes + _nbytes(found))
       yield edge_shard, (wanted, found)
 
