@@ -99,7 +99,7 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
                 **output_options.non_default())
   stats = counts | "WriteStats" >> WriteStats(output, params)
   report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
-             "files": read["files"]}
+             "selected": dedup["selected"], "files": read["files"]}
             | "WriteReport" >> WriteReport(
                 output, text_field, id_field, config.threshold, started,
                 {"inputs": list(patterns), "version": __version__}))

@@ -25,8 +25,10 @@ class WriteReport(beam.PTransform):
 
   Inputs (a dict): ``stats`` (the one stats dict :class:`WriteStats`
   returns), ``counts`` (all ``(stat, n)`` counts; the ``worker_ms_*`` ones
-  give the stage timings), ``clusters`` (``(doc_id, ClusterInfo)``) and
-  ``files`` (:class:`InputFile`). Only bounded data reaches one worker: the
+  give the stage timings), ``clusters`` (``(doc_id, ClusterInfo)``),
+  optionally ``selected`` (the same rows before the explanations, see
+  :class:`~transforms.near_dedup.NearDedup`) and ``files``
+  (:class:`InputFile`). Only bounded data reaches one worker: the
   ``LARGEST_CLUSTERS`` largest clusters (ties: lowest cluster id) and, per
   cluster, ``MEMBERS_SHOWN`` members (the kept one, then lowest doc ids).
   Their texts are read again from the input files that hold them, each only
@@ -70,7 +72,11 @@ class WriteReport(beam.PTransform):
                | "TimingsOnly" >> beam.Filter(lambda kv: metrics.is_timing(
                    kv[0]))
                | "SumTimings" >> beam.CombineGlobally(metrics.SumByName()))
-    largest = (clusters
+    # Sizes from the rows before the explanations when given: the largest
+    # clusters are then known before the explained rows exist, so the steps
+    # that use them run in the explaining stage instead of reading every
+    # explained row back from a materialised PCollection.
+    largest = (inputs.get("selected", clusters)
                # The label is the cluster's minimum id, itself a member.
                | "OnePerCluster" >> beam.Filter(
                    lambda kv: kv[0] == kv[1].cluster_id)
