@@ -18,6 +18,9 @@ def test_coders_round_trip_exactly_into_writable_arrays(coder):
              rng.integers(-2**62, 2**62, 5), np.arange(5, 10), rng.random(5)]
   if coder.TYPE is elements.SignatureBatch:
     columns = [columns[1], rng.integers(0, 2**32, (5, 7)).astype(np.uint32)]
+  if coder.TYPE is elements.KeyShard:
+    columns = [columns[0], np.array([1 << 41]), np.arange(5, dtype=np.uint32),
+               columns[0]]
   value = coder.TYPE(*columns[:len(coder.TYPE._fields)])
   encoded = coder().encode(value)
   decoded = coder().decode(encoded)
@@ -118,3 +121,21 @@ def test_read_batches_get_their_coder():
 
   p.visit(Visitor())
   assert [type(c) for c in found] == [elements.TextBatchCoder]
+
+
+def test_key_shards_hold_ids_as_offsets_and_give_them_back():
+  ids = np.array([(3 << 40) + 9, 3 << 40, (3 << 40) + 2**31])
+  keys = np.array([5, 6, 7], dtype=np.uint64)
+  shard = elements.KeyShard.of(keys, ids, keys)
+  assert shard.id_offsets.dtype == np.uint32
+  assert shard.doc_ids().tolist() == ids.tolist()
+  spread = elements.KeyShard.of(keys, np.array([1, 2 << 40, 7]), keys)
+  assert spread.id_offsets.dtype == np.int64
+  assert spread.doc_ids().tolist() == [1, 2 << 40, 7]
+  got = elements.key_columns([shard, spread])
+  assert [c.tolist() for c in got] == [
+      [5, 6, 7, 5, 6, 7], ids.tolist() + [1, 2 << 40, 7], [5, 6, 7] * 2]
+  empty = elements.KeyShard.of(keys[:0], ids[:0], keys[:0])
+  assert elements.key_columns([empty])[1].tolist() == []
+  coder = elements.KeyShardCoder()
+  assert coder.decode(coder.encode(shard)).doc_ids().tolist() == ids.tolist()

@@ -273,7 +273,7 @@ def test_index_round_trip_through_shards():
   with TestPipeline(runner="FnApiRunner") as p:
     inputs = {
         "keys": p | "Keys" >> beam.Create([
-            (s, KeyShard(*parts)) for s, parts in lsh_kernels.split_by_shard(
+            (s, KeyShard.of(*parts)) for s, parts in lsh_kernels.split_by_shard(
                 shards, keys, key_ids, digests)]),
         "signatures": p | "Sigs" >> beam.Create(
             [SignatureBatch(ids[:20], sigs[:20]),
@@ -298,7 +298,7 @@ def test_index_round_trip_through_shards():
         index, DedupConfig(num_perm=16, bands=4, rows=4, lsh_shards=3))
     got_keys = read["keys"] | "FlatKeys" >> beam.FlatMap(
         lambda e: [(e[0], int(k), int(i)) for k, i in zip(
-            e[1].keys.view(np.int64), e[1].ids)])
+            e[1].keys.view(np.int64), e[1].doc_ids())])
     assert_that(got_keys, equal_to([
         (int(s), int(k), int(i)) for s, k, i in zip(
             lsh_kernels.shard_of(keys, 3), keys.view(np.int64), key_ids)]),

@@ -65,10 +65,11 @@ class _BandKeyFn(metrics.MeteredDoFn):
       digests = np.repeat(lsh_kernels.signature_digests(sigs, c.seed),
                           c.bands)
       ids = np.repeat(ids, c.bands)
-      shards = list(lsh_kernels.split_by_shard(
-          lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids, digests))
+      shards = [(shard, KeyShard.of(*parts)) for shard, parts in
+                lsh_kernels.split_by_shard(
+                    lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids,
+                    digests)]
     self.meter.done(len(sigs))
-    yield metrics.shuffled("band_keys",
-                           keys.nbytes + ids.nbytes + digests.nbytes)
-    for shard, parts in shards:
-      yield shard, KeyShard(*parts)
+    yield metrics.shuffled("band_keys", sum(
+        sum(column.nbytes for column in part) for _, part in shards))
+    yield from shards

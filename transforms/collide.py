@@ -16,7 +16,7 @@ import apache_beam as beam
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import EdgeBatch, KeyShard
+from transforms.elements import EdgeBatch, KeyShard, key_columns
 from transforms.kernels import lsh as lsh_kernels
 
 
@@ -83,7 +83,7 @@ class _CollideFn(metrics.MeteredDoFn):
     _, parts = element
     c = self._config
     with self.meter.timed():
-      keys, ids, digests = lsh_kernels.concat_arrays(parts)
+      keys, ids, digests = key_columns(parts)
       if self._first_new_id is not None:
         reach = lsh_kernels.buckets_reaching(keys, ids, self._first_new_id)
         keys, ids, digests = keys[reach], ids[reach], digests[reach]

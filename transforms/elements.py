@@ -52,11 +52,50 @@ class SignatureBatch(NamedTuple):
 
 class KeyShard(NamedTuple):
   """One batch's band keys of one shard: ``keys`` uint64[m] (one per
-  document and band), the documents' ``ids`` int64[m] and the ``digests``
-  uint64[m] of their whole signatures."""
+  document and band), the documents' ids and the ``digests`` uint64[m] of
+  their whole signatures. The ids are ``id_base`` int64[1] plus
+  ``id_offsets`` (uint32[m] when they fit, as they do for the documents of
+  one signature batch, else int64[m]): a third less to shuffle and to hold
+  than int64 ids. Build one with :meth:`of`, read the ids with
+  :meth:`doc_ids`."""
   keys: np.ndarray
-  ids: np.ndarray
+  id_base: np.ndarray
+  id_offsets: np.ndarray
   digests: np.ndarray
+
+  @classmethod
+  def of(cls, keys, ids, digests) -> "KeyShard":
+    """The shard of ``(keys[i], ids[i], digests[i])`` entries.
+
+    >>> shard = KeyShard.of(np.array([7, 8], dtype=np.uint64),
+    ...                     np.array([5 << 40, (5 << 40) + 3]),
+    ...                     np.array([1, 2], dtype=np.uint64))
+    >>> shard.id_offsets.dtype.name, shard.doc_ids().tolist() == [5 << 40,
+    ...                                                    (5 << 40) + 3]
+    ('uint32', True)
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    base = int(ids.min()) if len(ids) else 0
+    offsets = ids - base
+    if len(ids) and int(offsets.max()) <= np.iinfo(np.uint32).max:
+      offsets = offsets.astype(np.uint32)
+    return cls(keys, np.array([base], dtype=np.int64), offsets, digests)
+
+  def doc_ids(self) -> np.ndarray:
+    """The entries' document ids, int64[m]."""
+    return self.id_base[0] + self.id_offsets.astype(np.int64)
+
+
+def key_columns(shards) -> tuple:
+  """``(keys, doc ids, digests)`` of the entries of :class:`KeyShard`\ s,
+  concatenated in order."""
+  shards = list(shards)
+  if not shards:
+    return (np.zeros(0, np.uint64), np.zeros(0, np.int64),
+            np.zeros(0, np.uint64))
+  return (np.concatenate([s.keys for s in shards]),
+          np.concatenate([s.doc_ids() for s in shards]),
+          np.concatenate([s.digests for s in shards]))
 
 
 class EdgeBatch(NamedTuple):

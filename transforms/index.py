@@ -37,7 +37,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.config import DedupConfig
-from transforms.elements import KeyShard, SignatureBatch
+from transforms.elements import KeyShard, SignatureBatch, key_columns
 from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
 from transforms.read import InputFile, make_doc_id, open_parquet, split_doc_id
@@ -239,7 +239,7 @@ class _ReadKeysFn(beam.DoFn):
       keys = table.column("key").to_numpy().astype(np.uint64)
       ids = table.column("doc_id").to_numpy().astype(np.int64)
       digests = table.column("digest").to_numpy().astype(np.uint64)
-      yield from ((shard, KeyShard(*parts)) for shard, parts in
+      yield from ((shard, KeyShard.of(*parts)) for shard, parts in
                   lsh_kernels.split_by_shard(
                       lsh_kernels.shard_of(keys, self._num_shards), keys, ids,
                       digests))
@@ -470,7 +470,7 @@ class _WriteKeysFn(beam.DoFn):
   def process(self, element):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     shard, parts = element
-    keys, ids, digests = lsh_kernels.concat_arrays(parts)
+    keys, ids, digests = key_columns(parts)
     order = np.lexsort((ids, keys))
     table = pa.table({"key": keys[order], "doc_id": ids[order],
                       "digest": digests[order]}, schema=keys_schema())
