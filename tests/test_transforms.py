@@ -190,9 +190,10 @@ def test_band_key_and_find_candidates_emit_every_pair_of_small_buckets():
         [("buckets_multi", 16), ("candidate_edges", 6),
          ("bucket_size_log2_01", 14), ("bucket_size_log2_02", 2)]),
                 label="Counts")
-    # Key, id and signature digest: 24 bytes per document and band.
+    # Key, 32-bit id offset and signature digest: 20 bytes per document and
+    # band.
     assert_that(by_stat(keyed["counts"], "KeyBytes"), equal_to(
-        [("shuffle_bytes_band_keys", 5 * 16 * 24)]), label="KeyBytes")
+        [("shuffle_bytes_band_keys", 5 * 16 * 20)]), label="KeyBytes")
     shards = (keyed["keys"] | beam.Keys()
               | "DistinctShards" >> beam.Distinct())
     assert_that(shards | "AllInRange" >> beam.Filter(lambda s: 0 <= s < 4),

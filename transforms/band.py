@@ -70,6 +70,8 @@ class _BandKeyFn(metrics.MeteredDoFn):
                     lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids,
                     digests)]
     self.meter.done(len(sigs))
+    # Per entry (an element's 8-byte id base aside).
     yield metrics.shuffled("band_keys", sum(
-        sum(column.nbytes for column in part) for _, part in shards))
+        p.keys.nbytes + p.id_offsets.nbytes + p.digests.nbytes
+        for _, p in shards))
     yield from shards
