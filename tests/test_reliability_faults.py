@@ -53,14 +53,15 @@ class Faults:
 
 
 def inject(monkeypatch, faults):
-  """Reading file 1 fails after 5 records, writing its first part after 3
-  lines, and finalization after moving 2 files."""
+  """Reading file 1 fails after its first output (a batch of its texts),
+  writing its first part after 3 lines, and finalization after moving 2
+  files."""
   process = read._ReadFileFn.process
 
   def flaky_read(self, input_file):
     for i, out in enumerate(process(self, input_file)):
       yield out
-      if input_file.index == 1 and i == 5 and faults.fire("read"):
+      if input_file.index == 1 and i == 0 and faults.fire("read"):
         raise InjectedFault("injected fault while reading file 1")
 
   add = write._LineSink.add

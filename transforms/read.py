@@ -275,7 +275,8 @@ class ReadDocuments(beam.PTransform):
             | "ReadFiles" >> beam.ParDo(
                 _ReadFileFn(self._text_field, self._id_field,
                             self._documents))
-            .with_output_types(Any, batches=TextBatch)
+            .with_output_types(Any, batches=TextBatch, rejected=Any,
+                               **{metrics.COUNTS: Any})
             .with_outputs("batches", "rejected", metrics.COUNTS,
                           main="documents"))
     return {
