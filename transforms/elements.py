@@ -152,7 +152,27 @@ class AskedBatch(NamedTuple):
   similarity: np.ndarray
 
 
-class ArraysCoder(beam.coders.Coder):
+class ElementCoder(beam.coders.Coder):
+  """A coder of one named element type ``TYPE``: its type hint, equality by
+  class, and ``DETERMINISTIC`` (whether it may encode grouping keys)."""
+
+  TYPE = None
+  DETERMINISTIC = True
+
+  def is_deterministic(self) -> bool:
+    return self.DETERMINISTIC
+
+  def to_type_hint(self):
+    return self.TYPE
+
+  def __eq__(self, other):
+    return type(self) is type(other)
+
+  def __hash__(self):
+    return hash(type(self))
+
+
+class ArraysCoder(ElementCoder):
   """Deterministic coder of the NamedTuple ``TYPE``, whose fields are
   numeric arrays.
 
@@ -162,8 +182,6 @@ class ArraysCoder(beam.coders.Coder):
   >>> type(decoded).__name__, decoded.src.tolist(), decoded.dst.tolist()
   ('EdgeBatch', [1, 2], [3, 4])
   """
-
-  TYPE = None
 
   def encode(self, value) -> bytes:
     parts = []
@@ -199,20 +217,8 @@ class ArraysCoder(beam.coders.Coder):
                        "left over after decoding")
     return self.TYPE(*fields)
 
-  def is_deterministic(self) -> bool:
-    return True
 
-  def to_type_hint(self):
-    return self.TYPE
-
-  def __eq__(self, other):
-    return type(self) is type(other)
-
-  def __hash__(self):
-    return hash(type(self))
-
-
-class TextBatchCoder(beam.coders.Coder):
+class TextBatchCoder(ElementCoder):
   """Deterministic coder of :class:`TextBatch`: the ids' bytes, then each
   text's UTF-8 length and the UTF-8 bytes of them all.
 
@@ -222,6 +228,8 @@ class TextBatchCoder(beam.coders.Coder):
   >>> batch.ids.tolist(), batch.texts
   ([4, 9], ['ab', '\u00e9'])
   """
+
+  TYPE = TextBatch
 
   def encode(self, value: TextBatch) -> bytes:
     ids = np.ascontiguousarray(value.ids, dtype="<i8")
@@ -247,18 +255,6 @@ class TextBatchCoder(beam.coders.Coder):
     texts = [encoded[a:b].decode("utf-8")
              for a, b in zip(starts.tolist(), ends.tolist())]
     return TextBatch(ids, texts)
-
-  def is_deterministic(self) -> bool:
-    return True
-
-  def to_type_hint(self):
-    return TextBatch
-
-  def __eq__(self, other):
-    return type(self) is type(other)
-
-  def __hash__(self):
-    return hash(type(self))
 
 
 beam.coders.registry.register_coder(TextBatch, TextBatchCoder)

@@ -172,9 +172,7 @@ class _ExplainFn(beam.DoFn):
       yield from self._explain(grouped)
 
   def _explain(self, grouped):
-    requests = grouped["pairs"]
-    src = np.concatenate([r.src for r in requests])
-    dst = np.concatenate([r.dst for r in requests])
+    src, dst, _ = lsh_kernels.concat_arrays(grouped["pairs"])
     ids, values = sorted_values(grouped["values"])
     texts, user_ids = _texts_and_user_ids(values)
     # (reaches the threshold, exact Jaccard) per pair: a verified edge

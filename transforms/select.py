@@ -8,7 +8,7 @@ import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
-from transforms.elements import BatchByShard, MemberBatch
+from transforms.elements import BatchByShard, ElementCoder, MemberBatch
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -37,9 +37,12 @@ class ClusterInfo(NamedTuple):
   chain_kept: bool = False
 
 
-class ClusterInfoCoder(beam.coders.Coder):
+class ClusterInfoCoder(ElementCoder):
   """ClusterInfo's fields in order with Beam's compiled primitive coders
   (half the bytes of pickling it, and no pickle)."""
+
+  TYPE = ClusterInfo
+  DETERMINISTIC = False  # matched_id is any JSON value; never a grouping key.
 
   def __init__(self):
     ints = beam.coders.VarIntCoder()
@@ -55,18 +58,6 @@ class ClusterInfoCoder(beam.coders.Coder):
 
   def decode(self, encoded: bytes) -> ClusterInfo:
     return ClusterInfo(*self._fields.decode(encoded))
-
-  def is_deterministic(self) -> bool:
-    return False  # matched_id is any JSON value; never a grouping key.
-
-  def to_type_hint(self):
-    return ClusterInfo
-
-  def __eq__(self, other):
-    return type(self) is type(other)
-
-  def __hash__(self):
-    return hash(type(self))
 
 
 beam.coders.registry.register_coder(ClusterInfo, ClusterInfoCoder)
