@@ -31,5 +31,5 @@ setuptools.setup(
     python_requires=">=3.10",
     install_requires=_requirements(),
     extras_require={"test": ["pytest"]},
-    entry_points={"console_scripts": ["neardup=pipeline.cli:main"]},
+    entry_points={"console_scripts": ["neardup=pipeline.cli:run"]},
 )

@@ -2,6 +2,6 @@
 
 import sys
 
-from pipeline.cli import main
+from pipeline.cli import run
 
-sys.exit(main())
+sys.exit(run())

@@ -1,6 +1,7 @@
 """The command line people expect: --config files, bare boolean flags,
 --version, defaults in --help, no import-time noise, final stage totals."""
 
+import gc
 import json
 import os
 import subprocess
@@ -8,9 +9,10 @@ import sys
 import time
 
 import pytest
+from apache_beam.options.pipeline_options import TypeOptions
 
 import pipeline
-from pipeline import run_config
+from pipeline import cli, run_config
 from pipeline.cli import main, parse_options
 from pipeline.options import DedupOptions, known_flags
 from tests.conftest import SAMPLE
@@ -167,3 +169,29 @@ def test_a_run_from_a_config_file_records_its_effective_config(
   assert totals[0] == f"signatures: {signed:,} documents in total"
   assert totals[-1] == (
       f"writing: {stats['docs_in']:,} documents in total")
+
+
+def test_the_command_tunes_the_collector_and_main_leaves_it_be(monkeypatch):
+  thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+  seen = {}
+
+  def fake_main():
+    seen["thresholds"] = gc.get_threshold()
+    seen["frozen"] = gc.get_freeze_count()
+    return 3
+
+  monkeypatch.setattr(cli, "main", fake_main)
+  try:
+    assert cli.run() == 3
+    assert seen["thresholds"] == cli.GC_THRESHOLDS
+    assert seen["frozen"] > frozen
+  finally:
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+  assert gc.get_threshold() == thresholds
+
+
+def test_a_run_skips_beams_construction_time_type_check():
+  # tests/test_step_labels.py checks the graph's hints instead.
+  opts = parse_options(["--input", "x.jsonl", "--output", "out"])
+  assert opts.view_as(TypeOptions).pipeline_type_check is False

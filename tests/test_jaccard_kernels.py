@@ -1,12 +1,15 @@
-"""Exact Jaccard kernels and the edge-probability model (pure numpy)."""
+"""Exact Jaccard kernels and the edge-probability model (numpy, numba)."""
 
 import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transforms.kernels.jaccard import (jaccard, meets_threshold,
-                                        pair_intersections, similar_pairs)
+                                        pair_intersections, similar_pairs,
+                                        sorted_sets)
 from transforms.kernels.lsh import (collision_probability,
                                     detection_probability, min_equal_entries)
 
@@ -81,6 +84,31 @@ def test_pair_intersections_and_jaccard():
   assert got.tolist() == want
   assert jaccard(np.array([1, 2, 3]), np.array([2, 3, 4, 5])) == (2, 5)
   assert meets_threshold(4, 5, 0.8) and not meets_threshold(3, 5, 0.8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2**64 - 1), max_size=30), max_size=12),
+       st.data())
+def test_sorted_sets_and_intersections_match_python_sets(docs, data):
+  values, offsets = _flat([np.array(d, dtype=np.uint64) for d in docs])
+  flat, set_offsets = sorted_sets(values, offsets)
+  sets = [sorted(set(d)) for d in docs]
+  assert [flat[set_offsets[i]:set_offsets[i + 1]].tolist()
+          for i in range(len(docs))] == sets
+  if docs:
+    pick = st.lists(st.integers(0, len(docs) - 1), max_size=20)
+    left, right = np.array(data.draw(pick)), np.array(data.draw(pick))
+    n = min(len(left), len(right))
+    got = pair_intersections(flat, set_offsets, left[:n], right[:n])
+    assert got.tolist() == [len(set(sets[i]) & set(sets[j]))
+                            for i, j in zip(left[:n], right[:n])]
+
+
+@pytest.mark.parametrize("values", [[3, 1], [2, 2]])
+def test_pair_intersections_refuses_sets_out_of_order(values):
+  values, offsets = _flat([np.array(values)])
+  with pytest.raises(ValueError, match="sorted and distinct"):
+    pair_intersections(values, offsets, np.array([0]), np.array([0]))
 
 
 def test_detection_probability_without_verification_is_the_s_curve():

@@ -7,9 +7,12 @@ import os
 
 import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import TypeOptions
 
 from pipeline import job
 from transforms.config import DedupConfig
+from transforms.index import Index
+from transforms.write import OutputOptions
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                       "step_labels")
@@ -55,3 +58,25 @@ def test_batch_step_labels_are_unchanged(variant):
   assert labels == golden, (
       f"added {sorted(set(labels) - set(golden))}, "
       f"removed {sorted(set(golden) - set(labels))}")
+
+
+def _fake_index() -> Index:
+  """An index as its manifest describes it: graph building reads no more."""
+  return Index("idx", {
+      "files": [{"index": 0, "path": "idx/in.jsonl", "format": "jsonl",
+                 "size": 1}],
+      "next_file_index": 1,
+      "shards": {kind: ["part-00000-of-00001.parquet"]
+                 for kind in ("keys", "signatures", "docs")}})
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_graph_variant_passes_beams_type_check(variant):
+  # The CLI turns Beam's construction-time type check off (it is a third of
+  # the graph's build time), so this is where the job's hints are checked:
+  # every variant, with every output option, an index read and one written.
+  p = beam.Pipeline(runner="FnApiRunner")
+  assert p.options.view_as(TypeOptions).pipeline_type_check
+  job.build(p, ["in/*.jsonl"], "out", DedupConfig(**VARIANTS[variant]),
+            run_id="types", against=_fake_index(), index_out="index",
+            output_options=OutputOptions(annotate=True, removal_list=True))

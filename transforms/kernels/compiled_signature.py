@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from transforms.kernels import compiled
+from transforms.kernels.jaccard import sorted_sets
 from transforms.kernels import minhash
 from transforms.kernels import reference_text
 
@@ -88,15 +89,7 @@ def shingle_sets(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
                                strip_punctuation=strip_punctuation,
                                fold_digits=fold_digits)
   shingles, offsets = reference_text.ngram_hashes(units, unit_offsets, ngram, seed)
-  doc = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-  order = np.lexsort((shingles, doc))
-  shingles, doc = shingles[order], doc[order]
-  fresh = np.ones(len(shingles), dtype=bool)
-  fresh[1:] = (shingles[1:] != shingles[:-1]) | (doc[1:] != doc[:-1])
-  sizes = np.bincount(doc[fresh], minlength=len(offsets) - 1)
-  set_offsets = np.zeros(len(offsets), dtype=np.int64)
-  np.cumsum(sizes, out=set_offsets[1:])
-  return shingles[fresh], set_offsets
+  return sorted_sets(shingles, offsets)
 
 
 def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,

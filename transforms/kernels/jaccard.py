@@ -2,17 +2,16 @@
 for all pairs of a corpus at or above a threshold (ground truth).
 
 Sets use the flat layout of :mod:`transforms.kernels.reference_text`: ``values`` holds
-every document's distinct elements concatenated, document i owns
-``values[offsets[i]:offsets[i+1]]``.
+every document's distinct elements, sorted, concatenated; document i owns
+``values[offsets[i]:offsets[i+1]]`` (:func:`sorted_sets` makes that layout).
 """
 
 from __future__ import annotations
 
 from typing import Tuple
 
+import numba
 import numpy as np
-
-from transforms.kernels.lsh import ranges
 
 # Bounds the (pair, element) arrays built at once by the batch kernels.
 _CHUNK_ELEMENTS = 1 << 23
@@ -31,36 +30,75 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> Tuple[int, int]:
   return inter, len(a) + len(b) - inter
 
 
-def _gather(offsets: np.ndarray, docs: np.ndarray) -> np.ndarray:
-  """Indices into the flat values of the documents ``docs``, concatenated."""
-  return ranges(offsets[docs], offsets[docs + 1] - offsets[docs])
+def sorted_sets(values: np.ndarray, offsets: np.ndarray
+                ) -> Tuple[np.ndarray, np.ndarray]:
+  """``(values, offsets)`` of each document's distinct elements, sorted:
+  the set layout, from any flat layout (elements in any order, repeated)."""
+  return _sorted_sets(np.ascontiguousarray(values),
+                      np.asarray(offsets, dtype=np.int64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _sorted_sets(values, offsets):
+  out = values.copy()
+  set_offsets = np.zeros(len(offsets), dtype=np.int64)
+  n = 0
+  for doc in range(len(offsets) - 1):
+    lo, hi = offsets[doc], offsets[doc + 1]
+    out[lo:hi].sort()
+    # Compacting in place: n <= lo, so no unread element is overwritten.
+    for j in range(lo, hi):
+      if j == lo or out[j] != out[j - 1]:
+        out[n] = out[j]
+        n += 1
+    set_offsets[doc + 1] = n
+  return out[:n].copy(), set_offsets
 
 
 def pair_intersections(values: np.ndarray, offsets: np.ndarray,
                        left: np.ndarray, right: np.ndarray) -> np.ndarray:
-  """``|S_left[i] ∩ S_right[i]|`` for every pair i (int64 array)."""
-  left = np.asarray(left, dtype=np.int64)
-  right = np.asarray(right, dtype=np.int64)
-  sizes = np.diff(offsets)
+  """``|S_left[i] ∩ S_right[i]|`` for every pair i (int64 array), each set
+  merged with the other once: O(|A| + |B|) per pair.
+
+  Raises:
+    ValueError: a set is not sorted and distinct (see :func:`sorted_sets`).
+  """
+  offsets = np.asarray(offsets, dtype=np.int64)
+  values = np.ascontiguousarray(values)
+  if not _are_sets(values, offsets):
+    raise ValueError("pair_intersections needs each set sorted and distinct;"
+                     " build them with sorted_sets")
   out = np.zeros(len(left), dtype=np.int64)
-  work = np.cumsum(sizes[left] + sizes[right])
-  lo = 0
-  while lo < len(left):
-    base = work[lo - 1] if lo else 0
-    hi = max(lo + 1, int(np.searchsorted(work, base + _CHUNK_ELEMENTS,
-                                         side="right")))
-    l, r = left[lo:hi], right[lo:hi]
-    pair = np.concatenate([np.repeat(np.arange(len(l)), sizes[l]),
-                           np.repeat(np.arange(len(r)), sizes[r])])
-    vals = np.concatenate([values[_gather(offsets, l)],
-                           values[_gather(offsets, r)]])
-    order = np.lexsort((vals, pair))
-    pair, vals = pair[order], vals[order]
-    # Each set holds distinct values, so an equal neighbour is a shared one.
-    same = (pair[1:] == pair[:-1]) & (vals[1:] == vals[:-1])
-    out[lo:hi] = np.bincount(pair[1:][same], minlength=len(l))
-    lo = hi
+  _merge_intersections(values, offsets, np.asarray(left, dtype=np.int64),
+                       np.asarray(right, dtype=np.int64), out)
   return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _are_sets(values, offsets):
+  for doc in range(len(offsets) - 1):
+    for j in range(offsets[doc] + 1, offsets[doc + 1]):
+      if values[j] <= values[j - 1]:
+        return False
+  return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _merge_intersections(values, offsets, left, right, out):
+  for i in range(len(left)):
+    a, a_end = offsets[left[i]], offsets[left[i] + 1]
+    b, b_end = offsets[right[i]], offsets[right[i] + 1]
+    shared = 0
+    while a < a_end and b < b_end:
+      if values[a] == values[b]:
+        shared += 1
+        a += 1
+        b += 1
+      elif values[a] < values[b]:
+        a += 1
+      else:
+        b += 1
+    out[i] = shared
 
 
 def similar_pairs(values: np.ndarray, offsets: np.ndarray, threshold: float
