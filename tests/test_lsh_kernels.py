@@ -285,12 +285,14 @@ def test_node_shard_spreads_consecutive_ids_and_is_stable():
   np.testing.assert_array_equal(shards, lsh.node_shard(ids, 8))
 
 
-def test_split_by_shard_keeps_rows_together_and_in_order():
-  shards = np.array([2, 0, 2, 1, 0])
+@pytest.mark.parametrize("base", [0, (1 << 16) - 2, 1 << 19])
+def test_split_by_shard_keeps_rows_together_and_in_order(base):
+  # Shard numbers below 2**16 take the 16-bit sort, the others do not.
+  shards = np.array([2, 0, 2, 1, 0]) + base
   values = np.array([10, 11, 12, 13, 14])
   names = np.array(list("abcde"))
   parts = list(lsh.split_by_shard(shards, values, names))
-  assert [s for s, _ in parts] == [0, 1, 2]
+  assert [s for s, _ in parts] == [base, base + 1, base + 2]
   assert [(v.tolist(), n.tolist()) for _, (v, n) in parts] == [
       ([11, 14], ["b", "e"]), ([13], ["d"]), ([10, 12], ["a", "c"])]
   assert not list(lsh.split_by_shard(np.zeros(0, dtype=np.int64),

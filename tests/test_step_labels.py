@@ -72,9 +72,10 @@ def _fake_index() -> Index:
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_graph_variant_passes_beams_type_check(variant):
-  # The CLI turns Beam's construction-time type check off (it is a third of
-  # the graph's build time), so this is where the job's hints are checked:
-  # every variant, with every output option, an index read and one written.
+  # Beam's construction-time type check is also what propagates the element
+  # types its coders are chosen by (without it, keys fall back to pickling):
+  # every variant, with every output option, an index read and one written,
+  # must pass it.
   p = beam.Pipeline(runner="FnApiRunner")
   assert p.options.view_as(TypeOptions).pipeline_type_check
   job.build(p, ["in/*.jsonl"], "out", DedupConfig(**VARIANTS[variant]),
