@@ -24,6 +24,8 @@ decoded array that is writable and owns its memory.
 
 from __future__ import annotations
 
+import functools
+import math
 import struct
 from typing import NamedTuple
 
@@ -203,12 +205,12 @@ class ArraysCoder(ElementCoder):
     for _ in self.TYPE._fields:
       dtype_len, ndim = _HEADER.unpack_from(view, at)
       at += _HEADER.size
-      dtype = np.dtype(bytes(view[at:at + dtype_len]).decode("ascii"))
+      dtype = _dtype(bytes(view[at:at + dtype_len]))
       at += dtype_len
       shape = tuple(_DIM.unpack_from(view, at + i * _DIM.size)[0]
                     for i in range(ndim))
       at += ndim * _DIM.size
-      count = int(np.prod(shape, dtype=np.int64))
+      count = math.prod(shape)
       fields.append(np.frombuffer(view, dtype=dtype, count=count,
                                   offset=at).reshape(shape).copy())
       at += count * dtype.itemsize
@@ -216,6 +218,12 @@ class ArraysCoder(ElementCoder):
       raise ValueError(f"{self.TYPE.__name__}: {len(encoded) - at} bytes "
                        "left over after decoding")
     return self.TYPE(*fields)
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(name: bytes) -> np.dtype:
+  # Parsing a dtype string costs more than decoding a small array.
+  return np.dtype(name.decode("ascii"))
 
 
 class TextBatchCoder(ElementCoder):
