@@ -1,9 +1,15 @@
 """Plain-pytest tests of the banding kernels (transforms/kernels/lsh.py)."""
 
+import collections
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transforms.kernels.lsh import (band_keys, bucket_pairs, choose_bands_rows,
+                                    repeated,
                                     collision_probability, false_negative_area,
                                     false_positive_area, shard_of)
 from transforms.kernels import lsh
@@ -195,6 +201,36 @@ def test_bucket_pairs_duplicate_entries_counted_once():
   found = bucket_pairs(np.array([8, 8], dtype=np.uint64),
                        np.array([5, 5], dtype=np.int64), _no_digests(2), 64, 8)
   assert len(found.src) == len(found.sizes) == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([0, 1, 5, 2**63, 2**64 - 1, 1 << 58,
+                                 (1 << 58) + 1]) | st.integers(0, 2**64 - 1),
+                max_size=60))
+def test_repeated_marks_exactly_the_values_seen_twice(values):
+  counts = collections.Counter(values)
+  got = repeated(np.array(values, dtype=np.uint64))
+  assert got.dtype == bool
+  assert got.tolist() == [counts[v] > 1 for v in values]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 12)), max_size=40))
+def test_bucket_pairs_are_every_pair_of_every_bucket(entries):
+  # Buckets below the exhaustive size: all their pairs, once per anchor.
+  keys = np.array([k for k, _ in entries], dtype=np.uint64) * np.uint64(
+      0x9E3779B97F4A7C15)
+  ids = np.array([i for _, i in entries], dtype=np.int64)
+  found = bucket_pairs(keys, ids, _no_digests(len(entries)), 64, 8)
+  buckets = collections.defaultdict(set)
+  for key, doc in zip(keys.tolist(), ids.tolist()):
+    buckets[key].add(doc)
+  want = sorted({(min(docs), a, b) for docs in buckets.values()
+                 for a, b in itertools.combinations(sorted(docs), 2)})
+  assert list(zip(found.anchor.tolist(), found.src.tolist(),
+                  found.dst.tolist())) == want
+  assert found.sizes.tolist() == [len(buckets[k]) for k in sorted(buckets)
+                                  if len(buckets[k]) > 1]
 
 
 def test_bucket_pairs_empty_and_single():
