@@ -114,6 +114,10 @@ class Runner:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep
                + os.environ.get("PYTHONPATH", ""))
     cpu = self.cpu
+    # The last run's output still being written back to disk slowed the
+    # next one's start: a 20-document run after the 1M ones took 11.9 s,
+    # alone 7.3 s.
+    os.sync()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
       start = time.perf_counter()
       proc = subprocess.Popen(

@@ -233,6 +233,25 @@ def test_bucket_pairs_are_every_pair_of_every_bucket(entries):
                                   if len(buckets[k]) > 1]
 
 
+@pytest.mark.parametrize("docs,width,bands,rows,shards", [
+    (300, 128, 32, 4, 64), (7, 16, 3, 5, 1), (0, 128, 32, 4, 64),
+    (50, 64, 9, 7, 1000)])
+def test_band_entries_are_the_split_band_keys_ids_and_digests(
+    docs, width, bands, rows, shards):
+  rng = np.random.default_rng(docs)
+  sigs = rng.integers(0, 2**32, (docs, width)).astype(np.uint32)
+  ids = np.sort(rng.integers(0, 2**40, docs))
+  keys = band_keys(sigs, bands, rows, 42).ravel()
+  want = list(lsh.split_by_shard(
+      shard_of(keys, shards), keys, np.repeat(ids, bands),
+      np.repeat(lsh.signature_digests(sigs, 42), bands)))
+  got = list(lsh.band_entries(sigs, ids, bands, rows, 42, shards))
+  assert [s for s, _ in got] == [s for s, _ in want]
+  for (_, got_parts), (_, want_parts) in zip(got, want):
+    for g, w in zip(got_parts, want_parts):
+      assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
 def test_bucket_pairs_empty_and_single():
   for n in (0, 1):
     found = bucket_pairs(np.arange(n, dtype=np.uint64),

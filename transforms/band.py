@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Tuple
 
 import apache_beam as beam
-import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
@@ -61,14 +60,9 @@ class _BandKeyFn(metrics.MeteredDoFn):
     c = self._config
     ids, sigs = batch
     with self.meter.timed():
-      keys = lsh_kernels.band_keys(sigs, c.bands, c.rows, c.seed).ravel()
-      digests = np.repeat(lsh_kernels.signature_digests(sigs, c.seed),
-                          c.bands)
-      ids = np.repeat(ids, c.bands)
       shards = [(shard, KeyShard.of(*parts)) for shard, parts in
-                lsh_kernels.split_by_shard(
-                    lsh_kernels.shard_of(keys, c.lsh_shards), keys, ids,
-                    digests)]
+                lsh_kernels.band_entries(sigs, ids, c.bands, c.rows, c.seed,
+                                         c.lsh_shards)]
     self.meter.done(len(sigs))
     # Per entry (an element's 8-byte id base aside).
     yield metrics.shuffled("band_keys", sum(

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from transforms.kernels.hashing import FMIX_M1, FMIX_M2, GOLDEN
+from transforms.kernels.hashing import GOLDEN
+from transforms.kernels.hashing import fmix64_scalar as _fmix64
 
 _U64 = np.uint64
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -43,15 +44,6 @@ _PROBE_TABLE = 16
 # Longer tokens take XXH3's long-input path; the caller hashes those (rare)
 # with the xxhash package instead.
 XXH3_MAX_LEN = 240
-
-
-@numba.njit(cache=True, nogil=True)
-def _fmix64(h):
-  h ^= h >> _U64(33)
-  h *= FMIX_M1
-  h ^= h >> _U64(33)
-  h *= FMIX_M2
-  return h ^ (h >> _U64(33))
 
 
 @numba.njit(cache=True, nogil=True)

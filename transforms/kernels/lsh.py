@@ -9,7 +9,7 @@ from typing import NamedTuple, Optional, Tuple
 import numba
 import numpy as np
 
-from transforms.kernels.hashing import GOLDEN, fmix64
+from transforms.kernels.hashing import GOLDEN, fmix64, fmix64_scalar
 
 _GRID = np.linspace(0.0, 1.0, 2001)
 
@@ -135,6 +135,64 @@ def signature_digests(signatures: np.ndarray, seed: int) -> np.ndarray:
   for j in range(sig.shape[1]):
     h = fmix64((h ^ sig[:, j].astype(np.uint64)) * GOLDEN)
   return h
+
+
+def band_entries(signatures: np.ndarray, ids: np.ndarray, bands: int,
+                 rows: int, seed: int, num_shards: int):
+  """Yields ``(shard, [keys, ids, digests])`` of a signature batch's band-key
+  entries, shard by shard in shard order, entries in (document, band)
+  order: the :func:`band_keys` of every document and band, with the
+  document's id and :func:`signature_digests` digest, split by
+  :func:`shard_of` as :func:`split_by_shard` splits them, in one compiled
+  pass (five times faster than those four on a 4,096-document batch).
+  """
+  sig = np.ascontiguousarray(signatures, dtype=np.uint32)
+  band_ids = np.arange(bands, dtype=np.uint64)
+  band_starts = fmix64(band_ids * GOLDEN ^ np.uint64(seed))
+  digest_start = fmix64(np.array([seed], dtype=np.uint64) ^ _DIGEST_SALT)[0]
+  keys, entry_ids, digests, bounds = _band_entries(
+      sig, np.asarray(ids, dtype=np.int64), rows, band_starts, digest_start,
+      num_shards)
+  for shard in np.flatnonzero(np.diff(bounds)).tolist():
+    lo, hi = bounds[shard], bounds[shard + 1]
+    yield shard, [keys[lo:hi], entry_ids[lo:hi], digests[lo:hi]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _band_entries(sig, ids, rows, band_starts, digest_start, num_shards):
+  n, width = sig.shape
+  bands = len(band_starts)
+  keys = np.empty(n * bands, dtype=np.uint64)
+  shards = np.empty(n * bands, dtype=np.int64)
+  digests = np.empty(n, dtype=np.uint64)
+  bounds = np.zeros(num_shards + 1, dtype=np.int64)
+  for doc in range(n):
+    h = digest_start
+    for j in range(width):
+      h = fmix64_scalar((h ^ np.uint64(sig[doc, j])) * GOLDEN)
+    digests[doc] = h
+    for band in range(bands):
+      h = band_starts[band]
+      for j in range(rows):
+        h = fmix64_scalar((h ^ np.uint64(sig[doc, band * rows + j])) * GOLDEN)
+      entry = doc * bands + band
+      keys[entry] = h
+      shard = np.int64((h >> np.uint64(32)) % np.uint64(num_shards))
+      shards[entry] = shard
+      bounds[shard + 1] += 1
+  bounds = np.cumsum(bounds)
+  # A counting sort by shard: stable, so entries keep their order.
+  at = bounds[:-1].copy()
+  out_keys = np.empty_like(keys)
+  out_ids = np.empty(n * bands, dtype=np.int64)
+  out_digests = np.empty(n * bands, dtype=np.uint64)
+  for entry in range(n * bands):
+    shard = shards[entry]
+    out_keys[at[shard]] = keys[entry]
+    out_ids[at[shard]] = ids[entry // bands]
+    out_digests[at[shard]] = digests[entry // bands]
+    at[shard] += 1
+  return out_keys, out_ids, out_digests, bounds
 
 
 class BucketPairs(NamedTuple):
