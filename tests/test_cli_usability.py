@@ -176,8 +176,12 @@ def test_a_run_from_a_config_file_records_its_effective_config(
       f"writing: {stats['docs_in']:,} documents in total")
 
 
-def test_the_command_tunes_the_collector_and_main_leaves_it_be(monkeypatch):
+def test_the_command_tunes_the_collector_and_main_leaves_it_be(monkeypatch,
+                                                               capsys):
   thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+  assert cli.main(["--help"]) == 0
+  capsys.readouterr()
+  assert (gc.get_threshold(), gc.get_freeze_count()) == (thresholds, frozen)
   seen = {}
 
   def fake_main():
