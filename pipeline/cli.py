@@ -43,9 +43,10 @@ _USER_ERRORS = ("InputReadError", "InputChangedError", "NoTextFieldError",
 # CPython's full collections rescan every live object, and a job's heap is
 # mostly long-lived (Beam's modules, the graph, buffered bundles): at 100k
 # documents the default collector spent 2.5 s in the run and 2.4 s at exit.
-# A young generation 30 times larger, with the heap frozen once imported and
-# again before exit, brought that to 0.7 s, and a 1M run from 121 s to 96 s
-# at the same peak RSS (README, "Issue 12 run"). The older generations keep
+# A young generation about 30 times larger, with the heap frozen once
+# imported and again before exit, brought that to 0.7 s, and a 1M run from
+# 122.8 s to 99.8 s at the same peak RSS (README, "Issue 12 run"). The
+# older generations keep
 # their default ratios to the young one: with them at 50 and 100, a 1M run
 # was no faster.
 GC_THRESHOLDS = (20_000, 10, 10)
