@@ -46,9 +46,8 @@ _USER_ERRORS = ("InputReadError", "InputChangedError", "NoTextFieldError",
 # A young generation about 30 times larger, with the heap frozen once
 # imported and again before exit, brought that to 0.7 s, and a 1M run from
 # 122.8 s to 99.8 s at the same peak RSS (README, "Issue 12 run"). The
-# older generations keep
-# their default ratios to the young one: with them at 50 and 100, a 1M run
-# was no faster.
+# older generations keep their default ratios to the young one: with them
+# at 50 and 100, a 1M run was no faster.
 GC_THRESHOLDS = (20_000, 10, 10)
 
 
