@@ -36,6 +36,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.annotate import json_text
 from transforms.config import DedupConfig
 from transforms.elements import KeyShard, SignatureBatch, key_columns
 from transforms.join import JoinByKey
@@ -411,8 +412,7 @@ class _RouteUsersFn(beam.DoFn):
 
   def process(self, batch):
     ids = np.fromiter((d for d, _ in batch), dtype=np.int64, count=len(batch))
-    users = np.array([None if u is None else json.dumps(u, ensure_ascii=False,
-                                                         default=str)
+    users = np.array([None if u is None else json_text(u)
                       for _, u in batch], dtype=object)
     for shard, (shard_ids, shard_users) in lsh_kernels.split_by_shard(
         lsh_kernels.node_shard(ids, self._num_shards), ids, users):

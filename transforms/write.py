@@ -473,13 +473,8 @@ def _matched_in_index(matched_doc_id, indexed) -> dict:
 _rounded = annotate.rounded
 
 
-# json.dumps builds a new encoder per call when given options: one, reused,
-# writes the same bytes a quarter faster (a clusters/ row: 8.4 → 6.3 µs).
-_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
-
-
 def _json_line(obj) -> bytes:
-  return _JSON_ENCODER.encode(obj).encode("utf-8")
+  return annotate.json_text(obj).encode("utf-8")
 
 
 def _write_lines(path: str, lines) -> None:
