@@ -20,7 +20,8 @@ from transforms.report import REPORT_HTML, REPORT_JSON, WriteReport
 from transforms.verify import ServeTextsFromFiles
 from transforms.write import (ANNOTATED_DIR, CLUSTERS_DIR, DEDUPED_DIR,
                               REJECTED_DIR, REMOVED_DIR, STATS_FILE,
-                              OutputOptions, WriteResults, WriteStats)
+                              OutputOptions, SumCounts, WriteResults,
+                              WriteStats)
 
 # What a run leaves under --output (besides _SUCCESS).
 OUTPUT_NAMES = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE,
@@ -97,9 +98,10 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   # Output options only when set, so default runs' stats stay as they were.
   params = dict(effective_params(config, input_format, text_field, id_field),
                 **output_options.non_default())
-  stats = counts | "WriteStats" >> WriteStats(output, params)
-  report = ({"stats": stats, "counts": counts, "clusters": dedup["clusters"],
-             "selected": dedup["selected"], "files": read["files"]}
+  totals = counts | "SumCounts" >> SumCounts()
+  stats = totals | "WriteStats" >> WriteStats(output, params)
+  report = ({"stats": stats, "totals": totals, "clusters": dedup["clusters"],
+             "files": read["files"]}
             | "WriteReport" >> WriteReport(
                 output, text_field, id_field, config.threshold, started,
                 {"inputs": list(patterns), "version": __version__}))

@@ -16,7 +16,7 @@ import apache_beam as beam
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import EdgeBatch, KeyShard, key_columns
+from transforms.elements import EdgeBatch, KeyShard, ShardOutputs, key_columns
 from transforms.kernels import lsh as lsh_kernels
 
 
@@ -78,6 +78,11 @@ class _CollideFn(metrics.MeteredDoFn):
   def setup(self):
     super().setup()
     self._bucket_sizes = metrics.distribution("bucket_size")
+    # Every band-key shard finds pairs for every edge shard.
+    self._outputs = ShardOutputs(EdgeBatch)
+
+  def finish_bundle(self):
+    return self._outputs.flush() + super().finish_bundle()
 
   def process(self, element):
     _, parts = element
@@ -108,7 +113,7 @@ class _CollideFn(metrics.MeteredDoFn):
       yield metrics.shuffled("candidate_edges",
                              found.src.nbytes + found.dst.nbytes)
       for shard, (src, dst) in batches:
-        yield shard, EdgeBatch(src, dst)
+        yield from self._outputs.add(shard, src, dst)
 
 
 @beam.typehints.with_output_types(Tuple[int, EdgeBatch])

@@ -13,6 +13,7 @@ import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
+from transforms.elements import ShardOutputs
 from transforms.join import JoinByKey
 from transforms.kernels import connected
 
@@ -122,9 +123,12 @@ class _MeteredFn(metrics.MeteredDoFn):
   def setup(self):
     super().setup()
     self._counts = metrics.BundleCounts()
+    # A shard's output goes to every shard: one batch each per bundle.
+    self._outputs = ShardOutputs(Pairs)
 
   def finish_bundle(self):
-    return super().finish_bundle() + self._counts.flush()
+    return (self._outputs.flush() + super().finish_bundle()
+            + self._counts.flush())
 
   def _gather(self, batches):
     batches = list(batches)
@@ -172,7 +176,7 @@ class _StarFn(_MeteredFn):
     self._counts.add(metrics.round_stat(self._index), star.changed)
     for out in connected.route(star.child, star.parent, self._shards,
                                both=both):
-      yield _keyed(*out)
+      yield from self._outputs.add(*out)
 
 
 @beam.typehints.with_output_types(_Keyed)
@@ -251,7 +255,7 @@ class _ClassifyFn(_MeteredFn):
     self.meter.done(len(a))
     for out in connected.route(c.leaf_parent, c.leaf, self._shards,
                                both=False):
-      yield _keyed(*out)
+      yield from self._outputs.add(*out)
     if len(c.unsettled):
       yield beam.pvalue.TaggedOutput(
           _UNSETTLED, _keyed(shard, c.unsettled, c.unsettled))

@@ -302,6 +302,46 @@ class BatchByShard(beam.DoFn):
       yield GlobalWindows.windowed_value((shard, self._type(*parts)))
 
 
+class ShardOutputs:
+  """A DoFn's outputs gathered per destination shard over a bundle, for
+  steps that route each input to many shards: at most one element per shard
+  per bundle leaves the step (and per ``max_rows`` rows held), instead of
+  one per input and shard (64 x 64 small elements per step otherwise). The
+  rows a shard receives are the same, only in fewer batches.
+
+  In ``process``: ``yield from outputs.add(shard, *columns)`` (it returns
+  the gathered elements when ``max_rows`` are held, else nothing); in
+  ``finish_bundle``: return ``outputs.flush()``.
+
+  Args:
+    element_type: the NamedTuple (or dataclass) of arrays to emit, built
+      from the concatenated columns.
+    max_rows: rows held before the step emits them early (memory bound).
+  """
+
+  def __init__(self, element_type, max_rows: int = 1 << 20):
+    self._type = element_type
+    self._max_rows = max_rows
+    self._parts = {}
+    self._rows = 0
+
+  def add(self, shard: int, *columns):
+    if len(columns[0]):
+      self._parts.setdefault(shard, []).append(columns)
+      self._rows += len(columns[0])
+    return self._take() if self._rows >= self._max_rows else []
+
+  def flush(self) -> list:
+    """The gathered elements as windowed values (for ``finish_bundle``)."""
+    return [GlobalWindows.windowed_value(out) for out in self._take()]
+
+  def _take(self) -> list:
+    out = [(shard, self._type(*lsh_kernels.concat_arrays(parts)))
+           for shard, parts in sorted(self._parts.items())]
+    self._parts, self._rows = {}, 0
+    return out
+
+
 def _arrays_coder(element_type) -> type:
   """The :class:`ArraysCoder` of ``element_type``, named ``<type>Coder``
   (a module attribute of that name, so it pickles by reference)."""

@@ -14,7 +14,7 @@ import numpy as np
 from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.elements import (AskedBatch, BatchByShard, ClusterBatch,
-                                 TextRequest, VerifiedEdges)
+                                 ShardOutputs, TextRequest, VerifiedEdges)
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -51,8 +51,9 @@ class ExplainClusters(beam.PTransform):
                        | "BatchClusters" >> beam.ParDo(BatchByShard(
                            ClusterBatch, _cluster_row, n))
                        .with_output_types(Tuple[int, ClusterBatch]),
-               "edge": inputs["edges"] | "EdgeEnds" >> beam.FlatMap(
-                   _edge_ends, n).with_output_types(Tuple[int, VerifiedEdges])}
+               "edge": inputs["edges"] | "EdgeEnds" >> beam.ParDo(
+                   _EdgeEndsFn(n)).with_output_types(
+                       Tuple[int, VerifiedEdges])}
               | "JoinNeighbours" >> JoinByKey()
               | "ChooseMatched" >> beam.ParDo(_ChooseMatchedFn(
                   self._config.verify == "exact"))
@@ -87,16 +88,28 @@ def _cluster_row(clustered):
   return doc, info.cluster_id, info.cluster_size, info.kept_doc_id
 
 
-def _edge_ends(element, num_shards: int):
-  """A verified edge batch → ``(node shard, VerifiedEdges(doc, other,
-  similarity))`` with both ends of every edge, at the shard of ``doc``."""
-  _, (src, dst, similarity) = element
-  docs = np.concatenate([src, dst])
-  others = np.concatenate([dst, src])
-  sims = np.concatenate([similarity, similarity])
-  for shard, parts in lsh_kernels.split_by_shard(
-      lsh_kernels.node_shard(docs, num_shards), docs, others, sims):
-    yield shard, VerifiedEdges(*parts)
+class _EdgeEndsFn(beam.DoFn):
+  """Verified edge batches → ``(node shard, VerifiedEdges(doc, other,
+  similarity))`` with both ends of every edge, at the shard of ``doc``, one
+  batch per shard and bundle."""
+
+  def __init__(self, num_shards: int):
+    self._num_shards = num_shards
+
+  def setup(self):
+    self._outputs = ShardOutputs(VerifiedEdges)
+
+  def process(self, element):
+    _, (src, dst, similarity) = element
+    docs = np.concatenate([src, dst])
+    others = np.concatenate([dst, src])
+    sims = np.concatenate([similarity, similarity])
+    for shard, parts in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(docs, self._num_shards), docs, others, sims):
+      yield from self._outputs.add(shard, *parts)
+
+  def finish_bundle(self):
+    return self._outputs.flush()
 
 
 class _ChooseMatchedFn(beam.DoFn):

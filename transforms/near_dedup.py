@@ -31,10 +31,6 @@ class NearDedup(beam.PTransform):
   statistics. Doc ids must be unique ints; with the default keep policy the
   lowest id of a cluster is kept.
 
-  Also returned: ``selected``, the same documents' rows before the
-  explanations (cluster id, size and kept document only), which are known
-  one step earlier.
-
   Texts are needed for exact verification and for the explanations: they
   come from ``texts`` when given (e.g.
   :class:`~transforms.verify.ServeTextsFromFiles`) and ``explain_texts``
@@ -114,7 +110,6 @@ class NearDedup(beam.PTransform):
     counts += [components["counts"], selected["counts"],
                explained["counts"]]
     return {"clusters": explained["clusters"],
-            "selected": selected["clusters"],
             "counts": counts | "FlattenCounts" >> beam.Flatten(),
             "signatures": signatures, "keys": keyed["keys"]}
 

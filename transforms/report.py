@@ -3,9 +3,10 @@ so they exist on runners whose launcher does not wait for the job."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -24,19 +25,17 @@ class WriteReport(beam.PTransform):
   """Writes the run report under ``output``.
 
   Inputs (a dict): ``stats`` (the one stats dict :class:`WriteStats`
-  returns), ``counts`` (all ``(stat, n)`` counts; the ``worker_ms_*`` ones
-  give the stage timings), ``clusters`` (``(doc_id, ClusterInfo)``),
-  optionally ``selected`` (the same rows before the explanations, see
-  :class:`~transforms.near_dedup.NearDedup`) and ``files``
-  (:class:`InputFile`). Only bounded data reaches one worker: the
-  ``LARGEST_CLUSTERS`` largest clusters (ties: lowest cluster id) and, per
-  cluster, ``MEMBERS_SHOWN`` members (the kept one, then lowest doc ids).
-  Their texts are read again from the input files that hold them, each only
-  up to its last shown row, so the documents are neither kept nor shuffled
-  for the report. Per cluster, the minimum exact Jaccard of a member to the
-  kept document is combined where the members are; a cluster whose minimum
-  is below ``threshold`` is held together by a chain (counted for all
-  clusters, flagged for the shown ones).
+  returns), ``totals`` (the one dict of all summed ``(stat, n)`` counts; its
+  ``worker_ms_*`` entries give the stage timings), ``clusters``
+  (``(doc_id, ClusterInfo)``) and ``files`` (:class:`InputFile`). Per
+  cluster one combine gathers its size, the minimum exact Jaccard of a
+  member to the kept document and its first ``MEMBERS_SHOWN`` members (the
+  kept one, then lowest doc ids); one global combine keeps the
+  ``LARGEST_CLUSTERS`` largest (ties: lowest cluster id) and counts the
+  clusters whose minimum is below ``threshold`` (held together by a chain).
+  So only bounded data reaches one worker. The shown members' texts are
+  read again from the input files that hold them, each only up to its last
+  shown row, so the documents are neither kept nor shuffled for the report.
 
   Args:
     output: the folder the two files are written to (each under a temporary
@@ -67,47 +66,13 @@ class WriteReport(beam.PTransform):
     self._threshold = threshold
 
   def expand(self, inputs):
-    clusters = inputs["clusters"]
-    timings = (inputs["counts"]
-               | "TimingsOnly" >> beam.Filter(lambda kv: metrics.is_timing(
-                   kv[0]))
-               | "SumTimings" >> beam.CombineGlobally(metrics.SumByName()))
-    # Sizes from the rows before the explanations when given: the largest
-    # clusters are then known before the explained rows exist, so the steps
-    # that use them run in the explaining stage instead of reading every
-    # explained row back from a materialised PCollection.
-    largest = (inputs.get("selected", clusters)
-               # The label is the cluster's minimum id, itself a member.
-               | "OnePerCluster" >> beam.Filter(
-                   lambda kv: kv[0] == kv[1].cluster_id)
-               | "ClusterSizes" >> beam.Map(
-                   lambda kv: (kv[0], kv[1].cluster_size))
-               # Not Top.Of: its global form flattens an extra Create into
-               # its GroupByKey, which BundleBasedDirectRunner (the local
-               # runner that retries bundles) can deliver after that
-               # GroupByKey has completed, failing the job.
-               | "Largest" >> beam.CombineGlobally(beam.combiners.TopCombineFn(
-                   LARGEST_CLUSTERS, key=_size_then_lowest_id)))
-    largest_ids = largest | "LargestIds" >> beam.Map(
-        lambda top: frozenset(cluster_id for cluster_id, _ in top))
-    members = (clusters
-               | "InLargest" >> beam.FlatMap(
-                   _member_of, beam.pvalue.AsSingleton(largest_ids))
-               | "FirstMembers" >> beam.combiners.Top.SmallestPerKey(
-                   MEMBERS_SHOWN))
-    min_to_kept = (clusters
-                   | "ToKept" >> beam.FlatMap(_similarity_to_kept)
-                   | "MinToKept" >> beam.CombinePerKey(min))
-    chains = (min_to_kept
-              | "ChainsOnly" >> beam.Filter(
-                  lambda kv, t: kv[1] < t - 1e-9, self._threshold)
-              | "CountChains" >> beam.combiners.Count.Globally())
-    largest_min = min_to_kept | "MinOfLargest" >> beam.Filter(
-        lambda kv, ids: kv[0] in ids, beam.pvalue.AsSingleton(largest_ids))
+    summary = (inputs["clusters"]
+               | "ByCluster" >> beam.Map(_member_row)
+               | "SummarizeClusters" >> beam.CombinePerKey(_ClusterFn())
+               | "Summarize" >> beam.CombineGlobally(
+                   _LargestFn(self._threshold)).without_defaults())
     shown = {
-        "doc_id": members | "ShownByFile" >> beam.FlatMap(
-            lambda kv: [(split_doc_id(member[1])[0], member[1])
-                        for member in kv[1]]),
+        "doc_id": summary | "ShownByFile" >> beam.FlatMap(_shown_by_file),
         "file": inputs["files"] | "KeyFiles" >> beam.Map(
             lambda f: (f.index, f)),
     }
@@ -116,30 +81,97 @@ class WriteReport(beam.PTransform):
                 | "ReadSnippets" >> beam.ParDo(
                     _ReadSnippetsFn(self._text_field, self._id_field)))
     return inputs["stats"] | "WriteReportFiles" >> beam.Map(
-        _write, self._output, beam.pvalue.AsSingleton(timings),
-        beam.pvalue.AsSingleton(largest), beam.pvalue.AsList(members),
-        beam.pvalue.AsList(snippets), beam.pvalue.AsList(largest_min),
-        beam.pvalue.AsSingleton(chains), self._threshold, self._started,
+        _write, self._output, beam.pvalue.AsSingleton(inputs["totals"]),
+        beam.pvalue.AsSingleton(summary, default_value=_NO_CLUSTERS),
+        beam.pvalue.AsList(snippets), self._threshold, self._started,
         self._run)
 
 
-def _size_then_lowest_id(cluster):
-  cluster_id, size = cluster
-  return size, -cluster_id
+class Summary(NamedTuple):
+  """What the report shows of the clusters: ``largest`` ``(cluster id,
+  size)``, largest first; per shown cluster id its ``members`` (``(not the
+  kept one, doc id, jaccard_to_kept, chain_kept)``, smallest first) and
+  ``min_to_kept`` (when a member has a Jaccard to the kept one); and
+  ``chains``, the number of clusters held together by a chain."""
+  largest: list
+  members: dict
+  min_to_kept: dict
+  chains: int
 
 
-def _member_of(element, largest_ids):
+_NO_CLUSTERS = Summary([], {}, {}, 0)
+
+
+def _member_row(element):
   doc_id, info = element
-  if info.cluster_id in largest_ids:
-    # Smallest first: the kept member, then by doc id.
-    yield info.cluster_id, (doc_id != info.kept_doc_id, doc_id,
-                            info.jaccard_to_kept, info.chain_kept)
+  # Smallest first: the kept member, then by doc id.
+  return info.cluster_id, (info.cluster_size, (
+      doc_id != info.kept_doc_id, doc_id, info.jaccard_to_kept,
+      info.chain_kept))
 
 
-def _similarity_to_kept(element):
-  _, info = element
-  if info.jaccard_to_kept is not None:
-    yield info.cluster_id, info.jaccard_to_kept
+class _ClusterFn(beam.CombineFn):
+  """A cluster's member rows → ``(size, min jaccard_to_kept or None, its
+  first MEMBERS_SHOWN members)``."""
+
+  def create_accumulator(self):
+    return 0, None, []
+
+  def add_input(self, accumulator, row):
+    size, member = row
+    return self.merge_accumulators([accumulator, (size, member[2], [member])])
+
+  def merge_accumulators(self, accumulators):
+    size, lowest, members = 0, None, []
+    for s, low, m in accumulators:
+      size = max(size, s)
+      if low is not None and (lowest is None or low < lowest):
+        lowest = low
+      members.extend(m)
+    return size, lowest, heapq.nsmallest(MEMBERS_SHOWN, members)
+
+  def extract_output(self, accumulator):
+    return accumulator
+
+
+class _LargestFn(beam.CombineFn):
+  """``(cluster id, (size, min, members))`` → the :class:`Summary` of the
+  ``LARGEST_CLUSTERS`` largest (ties: lowest id) and the chain count."""
+
+  def __init__(self, threshold: float):
+    self._threshold = threshold
+
+  def create_accumulator(self):
+    return [], 0
+
+  def add_input(self, accumulator, cluster):
+    cluster_id, (size, lowest, members) = cluster
+    chain = lowest is not None and lowest < self._threshold - 1e-9
+    return self.merge_accumulators([accumulator, (
+        [(size, -cluster_id, lowest, members)], int(chain))])
+
+  def merge_accumulators(self, accumulators):
+    top, chains = [], 0
+    for t, c in accumulators:
+      top.extend(t)
+      chains += c
+    # (size, -id) is unique per cluster, so the rest is never compared.
+    return heapq.nlargest(LARGEST_CLUSTERS, top,
+                          key=lambda c: (c[0], c[1])), chains
+
+  def extract_output(self, accumulator):
+    top, chains = accumulator
+    return Summary(
+        [(-negated, size) for size, negated, _, _ in top],
+        {-negated: members for _, negated, _, members in top},
+        {-negated: lowest for _, negated, lowest, _ in top
+         if lowest is not None}, chains)
+
+
+def _shown_by_file(summary):
+  for members in summary.members.values():
+    for _, doc_id, _, _ in members:
+      yield split_doc_id(doc_id)[0], doc_id
 
 
 class _ReadSnippetsFn(beam.DoFn):
@@ -165,14 +197,15 @@ class _ReadSnippetsFn(beam.DoFn):
         return
 
 
-def _write(stats, output, timings, largest, members, snippets, largest_min,
-           chains, threshold, started, run):
+def _write(stats, output, totals, summary, snippets, threshold, started,
+           run):
+  timings = {name: n for name, n in totals.items() if metrics.is_timing(name)}
   shown = {cluster_id: [(doc_id, not other, similarity, chain_kept)
                         for other, doc_id, similarity, chain_kept in firsts]
-           for cluster_id, firsts in members}
-  report = report_render.assemble(stats, timings, largest, shown,
-                                  dict(snippets), dict(largest_min), chains,
-                                  threshold)
+           for cluster_id, firsts in summary.members.items()}
+  report = report_render.assemble(stats, timings, summary.largest, shown,
+                                  dict(snippets), summary.min_to_kept,
+                                  summary.chains, threshold)
   report["run"] = run
   if started is not None:
     report["wall_seconds"] = round(time.time() - started, 3)

@@ -483,10 +483,10 @@ def _write_lines(path: str, lines) -> None:
 
 
 class WriteStats(beam.PTransform):
-  """Sums ``(stat, n)`` counts into ``stats.json`` (sorted keys), adding the
-  run's parameters and derived figures
-  (:func:`transforms.stats.finalize_stats`); fails the job if documents in
-  != kept + removed + rejected.
+  """The one dict of summed ``(stat, n)`` counts (see :class:`SumCounts`)
+  → ``stats.json`` (sorted keys), adding the run's parameters and derived
+  figures (:func:`transforms.stats.finalize_stats`); fails the job if
+  documents in != kept + removed + rejected.
 
   Args:
     output: the folder to write ``stats.json`` into.
@@ -501,11 +501,19 @@ class WriteStats(beam.PTransform):
     self._output = output
     self._params = params
 
-  def expand(self, counts):
-    return (counts
-            | "SumCounts" >> beam.CombineGlobally(metrics.SumByName())
+  def expand(self, totals):
+    return (totals
             | "Finalize" >> beam.Map(finalize_stats, self._params)
             | "WriteStatsFile" >> beam.Map(_write_stats, self._output))
+
+
+class SumCounts(beam.PTransform):
+  """All ``(stat, n)`` counts → the one dict of their sums by name (an empty
+  dict when there are none), which both :class:`WriteStats` and the report
+  read."""
+
+  def expand(self, counts):
+    return counts | "SumByName" >> beam.CombineGlobally(metrics.SumByName())
 
 
 def _write_stats(stats: dict, output: str) -> dict:
