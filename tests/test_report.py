@@ -10,15 +10,19 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import job
 from pipeline.cli import main
 from tests.corpus import read_jsonl, seed_corpus, stats_of, write_jsonl
 from transforms import metrics, stats as stat_names
 from transforms.config import DedupConfig
+from transforms.report import Summary, SummarizeClusters
 from transforms.report_render import (LARGEST_CLUSTERS, MEMBERS_SHOWN,
                                       STAGES, assemble, render_html, s_curve,
                                       snippet)
+from transforms.select import ClusterInfo
 from transforms.stats import finalize_stats
 
 SECTIONS = ("parameters", "counts", "s-curve", "bucket-sizes",
@@ -189,6 +193,57 @@ def test_rendered_page_is_well_formed_escaped_and_matches_the_stats():
   assert page.number("chain_clusters") == 1
   with_wall = render_html(dict(report, wall_seconds=12.5))
   assert check_page(with_wall).stats["wall_seconds"] == "12.5 s"
+
+
+def _cluster_rows(seed: int, threshold: float):
+  """Random clustered rows (tied sizes, clusters larger than the cuts, one
+  cluster of which only the kept row is present, as in runs against an
+  index) and their summary computed directly."""
+  rng = np.random.default_rng(seed)
+  ids = iter(rng.permutation(100_000).tolist())
+  rows, clusters = [], {}
+  for c in range(3 * LARGEST_CLUSTERS):
+    size = int(rng.choice([2, 3, 7, 2 * MEMBERS_SHOWN + 5]))
+    docs = [next(ids) for _ in range(size)]
+    kept = int(rng.choice(docs))
+    present = [kept] if c == 0 else docs
+    members, lowest = [], None
+    for doc in present:
+      jaccard = None if doc == kept else float(rng.uniform(0.2, 1.0))
+      chain = bool(jaccard is not None and jaccard < threshold)
+      rows.append((doc, ClusterInfo(min(docs), size, doc == kept, kept,
+                                    jaccard_to_kept=jaccard,
+                                    chain_kept=chain)))
+      members.append((doc != kept, doc, jaccard, chain))
+      if jaccard is not None:
+        lowest = jaccard if lowest is None else min(lowest, jaccard)
+    clusters[min(docs)] = (size, lowest, sorted(members)[:MEMBERS_SHOWN])
+  largest = sorted(clusters, key=lambda c: (-clusters[c][0], c))[
+      :LARGEST_CLUSTERS]
+  expected = Summary(
+      [(c, clusters[c][0]) for c in largest],
+      {c: clusters[c][2] for c in largest},
+      {c: clusters[c][1] for c in largest if clusters[c][1] is not None},
+      sum(low is not None and low < threshold - 1e-9
+          for _, low, _ in clusters.values()))
+  return rows, expected
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_summary_of_clusters_matches_a_direct_computation(seed):
+  rows, expected = _cluster_rows(seed, threshold=0.5)
+  assert expected.chains and len(expected.largest) == LARGEST_CLUSTERS
+  with TestPipeline() as p:
+    summary = (p | beam.Create(rows, reshuffle=True)
+               | SummarizeClusters(threshold=0.5))
+    assert_that(summary, equal_to([expected]))
+
+
+def test_summary_of_no_clusters_is_nothing():
+  with TestPipeline() as p:
+    summary = (p | beam.Create([], reshuffle=False).with_output_types(
+        tuple) | SummarizeClusters(threshold=0.5))
+    assert_that(summary, equal_to([]))
 
 
 def test_progress_lines_are_throttled_per_stage(monkeypatch):

@@ -66,11 +66,8 @@ class WriteReport(beam.PTransform):
     self._threshold = threshold
 
   def expand(self, inputs):
-    summary = (inputs["clusters"]
-               | "ByCluster" >> beam.Map(_member_row)
-               | "SummarizeClusters" >> beam.CombinePerKey(_ClusterFn())
-               | "Summarize" >> beam.CombineGlobally(
-                   _LargestFn(self._threshold)).without_defaults())
+    summary = inputs["clusters"] | "SummarizeClusters" >> SummarizeClusters(
+        self._threshold)
     shown = {
         "doc_id": summary | "ShownByFile" >> beam.FlatMap(_shown_by_file),
         "file": inputs["files"] | "KeyFiles" >> beam.Map(
@@ -85,6 +82,28 @@ class WriteReport(beam.PTransform):
         beam.pvalue.AsSingleton(summary, default_value=_NO_CLUSTERS),
         beam.pvalue.AsList(snippets), self._threshold, self._started,
         self._run)
+
+
+class SummarizeClusters(beam.PTransform):
+  """``(doc_id, ClusterInfo)`` rows → one :class:`Summary` of the largest
+  clusters (nothing when there are no rows): one combine per cluster, then
+  one global combine of bounded size.
+
+  Args:
+    threshold: the run's Jaccard threshold; a cluster whose minimum
+      Jaccard to the kept document is below it is held by a chain.
+  """
+
+  def __init__(self, threshold: float):
+    super().__init__()
+    self._threshold = threshold
+
+  def expand(self, clusters):
+    return (clusters
+            | "ByCluster" >> beam.Map(_member_row)
+            | "PerCluster" >> beam.CombinePerKey(_ClusterFn())
+            | "Largest" >> beam.CombineGlobally(
+                _LargestFn(self._threshold)).without_defaults())
 
 
 class Summary(NamedTuple):
@@ -119,7 +138,14 @@ class _ClusterFn(beam.CombineFn):
 
   def add_input(self, accumulator, row):
     size, member = row
-    return self.merge_accumulators([accumulator, (size, member[2], [member])])
+    _, lowest, members = accumulator
+    low = member[2]
+    if low is not None and (lowest is None or low < lowest):
+      lowest = low
+    members.append(member)
+    if len(members) > 2 * MEMBERS_SHOWN:  # Cut now and then, not per row.
+      members = heapq.nsmallest(MEMBERS_SHOWN, members)
+    return size, lowest, members
 
   def merge_accumulators(self, accumulators):
     size, lowest, members = 0, None, []
@@ -131,7 +157,8 @@ class _ClusterFn(beam.CombineFn):
     return size, lowest, heapq.nsmallest(MEMBERS_SHOWN, members)
 
   def extract_output(self, accumulator):
-    return accumulator
+    size, lowest, members = accumulator
+    return size, lowest, heapq.nsmallest(MEMBERS_SHOWN, members)
 
 
 class _LargestFn(beam.CombineFn):
@@ -145,27 +172,34 @@ class _LargestFn(beam.CombineFn):
     return [], 0
 
   def add_input(self, accumulator, cluster):
+    top, chains = accumulator
     cluster_id, (size, lowest, members) = cluster
+    top.append((size, -cluster_id, lowest, members))
+    if len(top) > 2 * LARGEST_CLUSTERS:  # Cut now and then, not per row.
+      top = _largest(top)
     chain = lowest is not None and lowest < self._threshold - 1e-9
-    return self.merge_accumulators([accumulator, (
-        [(size, -cluster_id, lowest, members)], int(chain))])
+    return top, chains + chain
 
   def merge_accumulators(self, accumulators):
     top, chains = [], 0
     for t, c in accumulators:
       top.extend(t)
       chains += c
-    # (size, -id) is unique per cluster, so the rest is never compared.
-    return heapq.nlargest(LARGEST_CLUSTERS, top,
-                          key=lambda c: (c[0], c[1])), chains
+    return _largest(top), chains
 
   def extract_output(self, accumulator):
     top, chains = accumulator
+    top = _largest(top)
     return Summary(
         [(-negated, size) for size, negated, _, _ in top],
         {-negated: members for _, negated, _, members in top},
         {-negated: lowest for _, negated, lowest, _ in top
          if lowest is not None}, chains)
+
+
+def _largest(top):
+  # (size, -id) is unique per cluster, so the rest is never compared.
+  return heapq.nlargest(LARGEST_CLUSTERS, top, key=lambda c: (c[0], c[1]))
 
 
 def _shown_by_file(summary):
