@@ -13,6 +13,7 @@ from typing import Any, Dict, List, NamedTuple, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms import annotate, metrics
 from transforms.join import JoinByKey
@@ -110,9 +111,8 @@ class WriteResults(beam.PTransform):
     keyed = {
         "file": inputs["files"] | "KeyFiles" >> beam.Map(
             lambda f: (f.index, f)),
-        "cluster": inputs["clusters"] | "KeyClusters" >> beam.Map(
-            lambda kv: (split_doc_id(kv[0])[0], kv)).with_output_types(
-                Tuple[int, Clustered]),
+        "cluster": inputs["clusters"] | "KeyClusters" >> beam.ParDo(
+            _ClustersByFileFn()),
         "rejected": inputs["rejected"] | "KeyRejected" >> beam.Map(
             lambda r: (split_doc_id(r.doc_id)[0], r)),
     }
@@ -123,6 +123,33 @@ class WriteResults(beam.PTransform):
                                 self._options, self._indexed)).with_outputs(
                        metrics.COUNTS))
     return written[metrics.COUNTS]
+
+
+@beam.typehints.with_output_types(Tuple[int, List[Clustered]])
+class _ClustersByFileFn(beam.DoFn):
+  """``(doc_id, ClusterInfo)`` → ``(file index, rows)``: one list per file
+  and bundle (of at most ``max_rows``), so the rows cross the shuffle as a
+  few large elements instead of one each."""
+
+  def __init__(self, max_rows: int = 1 << 16):
+    self._max_rows = max_rows
+
+  def start_bundle(self):
+    self._rows, self._held = {}, 0
+
+  def process(self, clustered):
+    self._rows.setdefault(split_doc_id(clustered[0])[0], []).append(clustered)
+    self._held += 1
+    if self._held >= self._max_rows:
+      yield from self._take()
+
+  def finish_bundle(self):
+    for out in self._take():
+      yield GlobalWindows.windowed_value(out)
+
+  def _take(self):
+    rows, self._rows, self._held = self._rows, {}, 0
+    return sorted(rows.items())
 
 
 class _Part:
@@ -175,9 +202,10 @@ class _WriteFileFn(metrics.MeteredDoFn):
     source = next(iter(grouped["file"]))
     check_unchanged(source)
     parts: Dict[int, _Part] = {}
-    for doc_id, info in grouped["cluster"]:
-      row = split_doc_id(doc_id)[1]
-      parts.setdefault(row >> PART_ROW_BITS, _Part()).clusters[row] = info
+    for rows in grouped["cluster"]:
+      for doc_id, info in rows:
+        row = split_doc_id(doc_id)[1]
+        parts.setdefault(row >> PART_ROW_BITS, _Part()).clusters[row] = info
     received = 0
     for rejected in grouped["rejected"]:
       row = split_doc_id(rejected.doc_id)[1]
