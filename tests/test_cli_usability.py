@@ -1,8 +1,10 @@
 """The command line people expect: --config files, bare boolean flags,
 --version, defaults in --help, no import-time noise, final stage totals."""
 
+import copy
 import gc
 import json
+import pickle
 import os
 import subprocess
 import sys
@@ -10,7 +12,8 @@ import time
 
 import apache_beam as beam
 import pytest
-from apache_beam.options.pipeline_options import TypeOptions
+from apache_beam.options.pipeline_options import (StandardOptions,
+                                                  TypeOptions)
 from apache_beam.portability import common_urns
 from apache_beam.runners import pipeline_context
 
@@ -89,6 +92,30 @@ def test_boolean_flags_work_bare_and_with_a_value(argv, expected):
 def test_a_bare_flag_does_not_swallow_the_next_flag():
   opts = DedupOptions(["--chain_guard", "--lowercase", "false", "--input", "x"])
   assert opts.chain_guard is True and opts.lowercase is False
+
+
+def test_the_job_options_make_one_view_per_class_sharing_their_values():
+  opts = DedupOptions(["--input", "x", "--output", "y", "--runner",
+                       "FnApiRunner", "--threshold", "0.6"])
+  view = opts.view_as(StandardOptions)
+  assert opts.view_as(StandardOptions) is view
+  assert opts.view_as(DedupOptions).threshold == 0.6
+  # A value set through one view is what every other view (and a fresh,
+  # uncached view of the same values) reads.
+  view.runner = "PrismRunner"
+  assert opts.view_as(StandardOptions).runner == "PrismRunner"
+  opts.view_as(DedupOptions).threshold = 0.7
+  assert opts.threshold == 0.7
+  assert beam.options.pipeline_options.PipelineOptions.view_as(
+      opts, DedupOptions).threshold == 0.7
+  # Copies (Beam deep-copies a pipeline's options) and pickles start
+  # without the views and still read and share the same values.
+  for other in (copy.deepcopy(opts), pickle.loads(pickle.dumps(opts))):
+    assert "_views" not in other.__dict__
+    assert other.view_as(StandardOptions).runner == "PrismRunner"
+    other.view_as(DedupOptions).threshold = 0.9
+    assert other.view_as(DedupOptions).threshold == 0.9
+    assert opts.threshold == 0.7
 
 
 def test_version_and_help(capsys):

@@ -7,6 +7,7 @@ import pytest
 
 from pipeline import job
 from transforms import elements
+from transforms.components import PairsCoder
 from transforms.config import DedupConfig
 
 
@@ -54,8 +55,10 @@ HOT = ("NearDedup/ComputeSignatures/SignatureBatches/Apply",
        "NearDedup/VerifyExact/CompareShingleSets/Compare",
        "NearDedup/VerifyEdges/CompareSignatures/Compare",
        "NearDedup/KeepAllCandidates/SpanningForest",
+       "NearDedup/ConnectedComponents/BatchEdges",
+       "NearDedup/ConnectedComponents/ResolveResidual/Label",
        "NearDedup/SelectKept/BatchMembers",
-       "NearDedup/ExplainClusters/BatchClusters",
+       "NearDedup/SelectKept/ChooseKept",
        "NearDedup/ExplainClusters/EdgeEnds",
        "NearDedup/ExplainClusters/PairsToCompare",
        "NearDedup/ExplainClusters/ChooseMatched")
@@ -78,10 +81,10 @@ def test_hot_path_elements_get_their_deterministic_coders(verify):
             node.outputs[None].element_type)
 
   p.visit(Visitor())
-  assert len(coders) == 12
+  assert len(coders) == 14
   for label, coder in coders.items():
     assert coder.is_deterministic(), (label, coder)
-    assert any(isinstance(c, elements.ArraysCoder)
+    assert any(isinstance(c, (elements.ArraysCoder, PairsCoder))
                for c in _components(coder)), (label, coder)
 
 

@@ -11,15 +11,17 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
-from transforms import (BandKey, ClusterInfo, ComputeSignatures, DedupConfig,
+from transforms import (BandKey, ComputeSignatures, DedupConfig,
                         FindCandidates, MinHash, NearDedup, Normalize,
                         ReadDocuments, SelectKept, Shingle, VerifyEdges,
                         VerifyExact)
 from transforms import metrics
+from transforms.components import Pairs
 from transforms.elements import SignatureBatch, TextBatch
 from transforms import read as read_module
 from transforms.read import ROW_BITS, InputFile
 from transforms.verify import ServeTextsFromFiles
+from transforms.kernels import connected
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import minhash as mh
 from transforms.kernels import reference_text as tk
@@ -258,20 +260,32 @@ def test_verify_exact_keeps_pairs_by_true_jaccard(tmp_path):
 
 @pytest.mark.parametrize("keep,kept", [("first", 3), ("longest", 8)])
 def test_select_kept_one_per_cluster(keep, kept):
+  shards = 4
+  members = [(3, 3), (8, 3), (11, 3), (20, 20), (21, 20)]
   with pipeline() as p:
-    labels = p | "Labels" >> beam.Create([(3, 3), (8, 3), (11, 3), (20, 20),
-                                          (21, 20)])
+    # Two label batches per node shard, as components gives them.
+    labels = p | "Labels" >> beam.Create([
+        (connected.shard_of(np.array([n]), shards)[0].item(),
+         Pairs(np.array([n]), np.array([label]))) for n, label in members])
     lengths = p | "Lengths" >> beam.Create(
         [(3, 10), (8, 50), (11, 50), (20, 5), (21, 5), (99, 1000)])
-    out = labels | SelectKept(keep, lengths if keep == "longest" else None)
-    assert_that(out["clusters"], equal_to([
-        (3, ClusterInfo(3, 3, kept == 3, kept)),
-        (8, ClusterInfo(3, 3, kept == 8, kept)),
-        (11, ClusterInfo(3, 3, False, kept)), (20, ClusterInfo(20, 2, True, 20)),
-        (21, ClusterInfo(20, 2, False, 20))]), label="Clusters")
+    out = labels | SelectKept(keep, lengths if keep == "longest" else None,
+                              shards=shards)
+    assert_that(out["clusters"] | beam.FlatMap(_cluster_rows, shards),
+                equal_to([(3, 3, 3, kept), (8, 3, 3, kept),
+                          (11, 3, 3, kept), (20, 20, 2, 20),
+                          (21, 20, 2, 20)]), label="Clusters")
     assert_that(without_shuffle_bytes(out["counts"]), equal_to(
         [("clusters", 2), ("clustered_docs", 5),
          ("cluster_size_log2_01", 2)]), label="Counts")
+
+
+def _cluster_rows(element, shards):
+  """A ClusterBatch as ``(doc, cluster id, size, kept doc)`` rows; each
+  batch is at its documents' node shard."""
+  shard, batch = element
+  assert (lsh_kernels.node_shard(batch.docs, shards) == shard).all(), element
+  return zip(*(column.tolist() for column in batch))
 
 
 @pytest.mark.parametrize("batched", [False, True])

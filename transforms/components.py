@@ -10,10 +10,9 @@ from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
-from transforms.elements import ShardOutputs
+from transforms.elements import RouteByShard, ShardOutputs
 from transforms.join import JoinByKey
 from transforms.kernels import connected
 
@@ -56,8 +55,14 @@ _Keyed = Tuple[int, Pairs]
 
 
 class ConnectedComponents(beam.PTransform):
-  """``(a, b)`` edges → ``(node, component label)`` for every node on an edge;
-  the label is the component's minimum id. Returns ``{"labels", "counts"}``.
+  """Edge batches → the component label of every node on an edge (the
+  component's minimum id). Returns ``{"labels", "counts"}``.
+
+  In: ``(key, batch)`` whose batch's first two fields are the edges' ends
+  (e.g. :class:`~transforms.elements.EdgeBatch` or
+  :class:`~transforms.elements.VerifiedEdges`). Out (``labels``):
+  ``(shard, Pairs(nodes, labels))`` batches holding every node once (a
+  shard where its label was resolved).
 
   Edges travel as arrays, one element per pair of node shards, so the cost
   is per shard, not per edge, and every step's result depends only on the
@@ -137,32 +142,21 @@ class _MeteredFn(metrics.MeteredDoFn):
 
 
 @beam.typehints.with_output_types(_Keyed)
-class _BatchEdgesFn(beam.DoFn):
-  """Edge pairs → one array batch per owner shard of either end, per
+class _BatchEdgesFn(RouteByShard):
+  """Edge batches → one array batch per owner shard of either end, per
   bundle."""
 
-  def __init__(self, shards: int):
-    self._shards = shards
+  OUTPUT = Pairs
 
-  def start_bundle(self):
-    self._a, self._b = [], []
-
-  def process(self, edge):
-    a, b = edge
-    if a != b:  # A self-loop connects nothing.
-      self._a.append(a)
-      self._b.append(b)
-
-  def finish_bundle(self):
-    if not self._a:
-      return
-    a = np.asarray(self._a, dtype=np.int64)
-    b = np.asarray(self._b, dtype=np.int64)
-    self._a, self._b = [], []
-    for shard, sa, sb in connected.route(np.maximum(a, b), np.minimum(a, b),
-                                         self._shards, both=True):
-      yield GlobalWindows.windowed_value(
-          _keyed(shard, sa, sb))
+  def process(self, element):
+    _, batch = element
+    a = np.asarray(batch[0], dtype=np.int64)
+    b = np.asarray(batch[1], dtype=np.int64)
+    edge = a != b  # A self-loop connects nothing.
+    a, b = a[edge], b[edge]
+    for out in connected.route(np.maximum(a, b), np.minimum(a, b),
+                               self._shards, both=True):
+      yield from self.outputs.add(*out)
 
 
 class _StarFn(_MeteredFn):
@@ -236,7 +230,8 @@ class _Resolve(beam.PTransform):
     labels = ({_LEAVES: classified[_LEAVES],
                _UNSETTLED: classified[_UNSETTLED], _UF: uf.labels}
               | "JoinByShard" >> JoinByKey()
-              | "Label" >> beam.FlatMap(_final_labels))
+              | "Label" >> beam.FlatMap(_final_labels).with_output_types(
+                  _Keyed))
     counts = ((classified[metrics.COUNTS], uf[metrics.COUNTS])
               | "FlattenCounts" >> beam.Flatten())
     return labels, counts
@@ -302,7 +297,7 @@ class _UnionFindFn(_MeteredFn):
 
 
 def _final_labels(element):
-  _, grouped = element
+  shard, grouped = element
   empty = np.zeros(0, dtype=np.int64)
 
   def joined(tag):
@@ -318,4 +313,4 @@ def _final_labels(element):
   order = np.argsort(uf_nodes, kind="stable")
   nodes, labels = connected.final_labels(leaf_parent, leaf, unsettled,
                                          uf_nodes[order], uf_labels[order])
-  return zip(nodes.tolist(), labels.tolist())
+  return [(shard, Pairs(nodes, labels))] if len(nodes) else []

@@ -13,9 +13,11 @@ also unpack it as a plain tuple. Keyed by a shard they travel as
   the ``(doc, other)`` pairs that Explain measures with the documents
   whose user ids it asks for (:class:`TextRequest`),
 * ``(edge shard, VerifiedEdges)`` from Verify (:mod:`transforms.verify`),
+* ``(shard, Pairs)`` inside and from Components
+  (:mod:`transforms.components`: edges between rounds, then the labels),
 * ``(label shard, MemberBatch)`` inside Select (:mod:`transforms.select`),
-* ``(node shard, ClusterBatch)`` and ``(node shard, AskedBatch)`` inside
-  Explain (:mod:`transforms.explain`).
+* ``(node shard, ClusterBatch)`` from Select to Explain and
+  ``(node shard, AskedBatch)`` inside Explain (:mod:`transforms.explain`).
 
 The coder writes, per field, the array's dtype, shape and raw bytes: no
 pickling, the same bytes for equal arrays (so it is deterministic), and a
@@ -340,6 +342,23 @@ class ShardOutputs:
            for shard, parts in sorted(self._parts.items())]
     self._parts, self._rows = {}, 0
     return out
+
+
+class RouteByShard(beam.DoFn):
+  """A DoFn that routes the rows of each input to many of ``shards`` shards
+  through :class:`ShardOutputs` of its ``OUTPUT`` type: a subclass's
+  ``process`` yields ``from self.outputs.add(shard, *columns)``."""
+
+  OUTPUT = None
+
+  def __init__(self, shards: int):
+    self._shards = shards
+
+  def setup(self):
+    self.outputs = ShardOutputs(self.OUTPUT)
+
+  def finish_bundle(self):
+    return self.outputs.flush()
 
 
 def _arrays_coder(element_type) -> type:

@@ -13,8 +13,8 @@ import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import (AskedBatch, BatchByShard, ClusterBatch,
-                                 ShardOutputs, TextRequest, VerifiedEdges)
+from transforms.elements import (AskedBatch, ClusterBatch, RouteByShard,
+                                 TextRequest, VerifiedEdges)
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -27,7 +27,8 @@ class ExplainClusters(beam.PTransform):
   """``{"clusters", "edges", "docs"}`` → ``(doc_id, ClusterInfo)`` with the
   explanation of every clustered document that is not the kept one.
 
-  ``clusters`` come from :class:`~transforms.select.SelectKept`, ``edges``
+  ``clusters`` (``(node shard, ClusterBatch)``) come from
+  :class:`~transforms.select.SelectKept`, ``edges``
   are the verified edge batches the clusters were built from. Each such
   document is matched with a neighbour on a verified edge (the kept
   document when they share one, else the most similar neighbour, then the
@@ -47,10 +48,7 @@ class ExplainClusters(beam.PTransform):
 
   def expand(self, inputs):
     n = self._config.lsh_shards
-    chosen = ({"info": inputs["clusters"]
-                       | "BatchClusters" >> beam.ParDo(BatchByShard(
-                           ClusterBatch, _cluster_row, n))
-                       .with_output_types(Tuple[int, ClusterBatch]),
+    chosen = ({"info": inputs["clusters"],
                "edge": inputs["edges"] | "EdgeEnds" >> beam.ParDo(
                    _EdgeEndsFn(n)).with_output_types(
                        Tuple[int, VerifiedEdges])}
@@ -83,21 +81,12 @@ _Kept = Tuple[int, ClusterBatch]
 _ASKED_ROWS = MAX_TEXT_BATCH // 2
 
 
-def _cluster_row(clustered):
-  doc, info = clustered
-  return doc, info.cluster_id, info.cluster_size, info.kept_doc_id
-
-
-class _EdgeEndsFn(beam.DoFn):
+class _EdgeEndsFn(RouteByShard):
   """Verified edge batches → ``(node shard, VerifiedEdges(doc, other,
   similarity))`` with both ends of every edge, at the shard of ``doc``, one
   batch per shard and bundle."""
 
-  def __init__(self, num_shards: int):
-    self._num_shards = num_shards
-
-  def setup(self):
-    self._outputs = ShardOutputs(VerifiedEdges)
+  OUTPUT = VerifiedEdges
 
   def process(self, element):
     _, (src, dst, similarity) = element
@@ -105,11 +94,8 @@ class _EdgeEndsFn(beam.DoFn):
     others = np.concatenate([dst, src])
     sims = np.concatenate([similarity, similarity])
     for shard, parts in lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(docs, self._num_shards), docs, others, sims):
-      yield from self._outputs.add(shard, *parts)
-
-  def finish_bundle(self):
-    return self._outputs.flush()
+        lsh_kernels.node_shard(docs, self._shards), docs, others, sims):
+      yield from self.outputs.add(shard, *parts)
 
 
 class _ChooseMatchedFn(beam.DoFn):

@@ -11,8 +11,7 @@ from transforms.config import DedupConfig
 from transforms.explain import ExplainClusters
 from transforms.select import SelectKept
 from transforms.sign import ComputeSignatures
-from transforms.verify import (ReduceUnverified, VerifyEdges, VerifyExact,
-                               explode_edges)
+from transforms.verify import ReduceUnverified, VerifyEdges, VerifyExact
 
 # The length an indexed document counts with under keep="longest".
 INDEXED_LENGTH = 1 << 62
@@ -87,7 +86,6 @@ class NearDedup(beam.PTransform):
                   | "VerifyEdges" >> VerifyEdges(c))
     counts.append(verified["counts"])
     components = (verified["edges"]
-                  | "ExplodeEdges" >> beam.FlatMap(explode_edges)
                   | "ConnectedComponents" >> ConnectedComponents(
                       c.max_cc_rounds, c.max_residual_edges))
     lengths = None

@@ -8,7 +8,8 @@ import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
-from transforms.elements import BatchByShard, ElementCoder, MemberBatch
+from transforms.elements import (BatchByShard, ClusterBatch, ElementCoder,
+                                 MemberBatch, RouteByShard, ShardOutputs)
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -65,7 +66,10 @@ Clustered = Tuple[int, ClusterInfo]
 
 
 class SelectKept(beam.PTransform):
-  """``(node, label)`` → ``(doc_id, ClusterInfo)`` for every clustered doc.
+  """Component labels (``(shard, Pairs(nodes, labels))``, as
+  :class:`~transforms.components.ConnectedComponents` gives them) → every
+  clustered document's cluster id, cluster size and kept document, as
+  ``(node shard, ClusterBatch)`` (one batch per shard and bundle).
 
   Policies: ``first`` keeps the lowest id (first in input order); ``longest``
   keeps the longest text (ties: lowest id) and needs ``lengths``, a
@@ -82,7 +86,7 @@ class SelectKept(beam.PTransform):
     first_new_id: the lowest id of a new document, or None.
 
   Returns:
-    ``{"clusters": (doc_id, ClusterInfo), "counts"}`` (``clusters``,
+    ``{"clusters": (node shard, ClusterBatch), "counts"}`` (``clusters``,
     ``clustered_docs``, the cluster size histogram).
 
   Raises:
@@ -101,22 +105,45 @@ class SelectKept(beam.PTransform):
 
   def expand(self, labels):
     if self._keep == "longest":
-      members = ({"label": labels, "length": self._lengths}
+      nodes = labels | "Unbatch" >> beam.FlatMap(
+          _node_labels).with_output_types(Tuple[int, int])
+      members = ({"label": nodes, "length": self._lengths}
                  | "JoinLengths" >> JoinByKey()
-                 | "KeyByLabel" >> beam.FlatMap(_member_with_length))
+                 | "KeyByLabel" >> beam.FlatMap(_member_with_length)
+                 | "BatchMembers" >> beam.ParDo(BatchByShard(
+                     MemberBatch, _member_row, self._shards, by=1))
+                 .with_output_types(Tuple[int, MemberBatch]))
     else:
-      members = labels | "KeyByLabel" >> beam.Map(
-          lambda nl: (nl[1], (nl[0], 0)))
+      members = labels | "BatchMembers" >> beam.ParDo(
+          _MembersByLabelFn(self._shards))
     chosen = (members
               # A cluster's members meet as arrays at their label's shard.
-              | "BatchMembers" >> beam.ParDo(BatchByShard(
-                  MemberBatch, _member_row, self._shards, by=1))
-              .with_output_types(Tuple[int, MemberBatch])
               | "GroupClusters" >> beam.GroupByKey()
               | "ChooseKept" >> beam.ParDo(
-                  _ChooseFn(self._first_new_id)).with_outputs(
+                  _ChooseFn(self._first_new_id, self._shards)).with_outputs(
                   metrics.COUNTS, main="clusters"))
     return {"clusters": chosen.clusters, "counts": chosen[metrics.COUNTS]}
+
+
+def _node_labels(element):
+  _, pairs = element
+  return zip(pairs.a.tolist(), pairs.b.tolist())
+
+
+@beam.typehints.with_output_types(Tuple[int, MemberBatch])
+class _MembersByLabelFn(RouteByShard):
+  """Label batches → the members (``first`` policy: lengths 0) at their
+  label's shard, one batch per shard and bundle."""
+
+  OUTPUT = MemberBatch
+
+  def process(self, element):
+    _, pairs = element
+    nodes, labels = pairs.a, pairs.b
+    for shard, parts in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(labels, self._shards), nodes, labels,
+        np.zeros(len(nodes), dtype=np.int64)):
+      yield from self.outputs.add(shard, *parts)
 
 
 def _member_with_length(element):
@@ -131,24 +158,27 @@ def _member_row(member):
   return node, label, length
 
 
-@beam.typehints.with_output_types(Clustered)
+@beam.typehints.with_output_types(Tuple[int, ClusterBatch])
 class _ChooseFn(metrics.MeteredDoFn):
   """A label shard's clusters: the kept member of each
   (:func:`~transforms.kernels.clusters.choose_kept`), then every member's
-  :class:`ClusterInfo`."""
+  row at its own node shard."""
 
   STAGE = "selection"
 
-  def __init__(self, first_new_id: int = None):
+  def __init__(self, first_new_id: int = None, shards: int = 64):
     self._first_new_id = first_new_id
+    self._shards = shards
 
   def setup(self):
     super().setup()
     self._sizes = metrics.distribution("cluster_size")
     self._counts = metrics.BundleCounts()
+    self._outputs = ShardOutputs(ClusterBatch)
 
   def finish_bundle(self):
-    return super().finish_bundle() + self._counts.flush()
+    return (self._outputs.flush() + super().finish_bundle()
+            + self._counts.flush())
 
   def process(self, element):
     _, batches = element
@@ -173,7 +203,8 @@ class _ChooseFn(metrics.MeteredDoFn):
                                              size.bit_length() - 1), 1)
     self._counts.add("clusters", int(np.count_nonzero(counted)))
     self._counts.add("clustered_docs", int(np.count_nonzero(members)))
-    for node, label, size, kept in zip(
-        c.nodes[members].tolist(), c.labels[members].tolist(),
-        c.sizes[members].tolist(), c.kept[members].tolist()):
-      yield node, ClusterInfo(label, size, node == kept, kept)
+    docs = c.nodes[members]
+    for shard, parts in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(docs, self._shards), docs, c.labels[members],
+        c.sizes[members], c.kept[members]):
+      yield from self._outputs.add(shard, *parts)

@@ -448,9 +448,3 @@ class _ReduceFn(beam.DoFn):
     yield metrics.count_tag("verified_edges", len(src))
     yield from forest_batch(shard, src, dst,
                             np.full(len(src), np.nan))
-
-
-def explode_edges(element):
-  """A verified edge batch as ``(src, dst)`` int pairs."""
-  _, (src, dst, _) = element
-  return zip(src.tolist(), dst.tolist())
