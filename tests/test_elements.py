@@ -142,3 +142,25 @@ def test_key_shards_hold_ids_as_offsets_and_give_them_back():
   assert elements.key_columns([empty])[1].tolist() == []
   coder = elements.KeyShardCoder()
   assert coder.decode(coder.encode(shard)).doc_ids().tolist() == ids.tolist()
+
+
+def test_shard_outputs_gather_rows_per_shard_in_input_order():
+  outputs = elements.ShardOutputs(elements.EdgeBatch, max_rows=6)
+  assert outputs.add_rows(np.array([2, 0, 2]), np.array([1, 2, 3]),
+                          np.array([10, 20, 30])) == []
+  assert outputs.add_rows(np.array([], dtype=np.int64),
+                          np.array([], dtype=np.int64),
+                          np.array([], dtype=np.int64)) == []
+  assert outputs.add_rows(np.array([0, 2]), np.array([4, 5]),
+                          np.array([40, 50])) == []
+  # One element per shard, rows by input and then by row.
+  got = [(w.value[0], w.value[1].src.tolist(), w.value[1].dst.tolist())
+         for w in outputs.flush()]
+  assert got == [(0, [2, 4], [20, 40]), (2, [1, 3, 5], [10, 30, 50])]
+  assert outputs.flush() == []
+  # Holding max_rows rows hands them out at once.
+  outputs.add_rows(np.array([1] * 4), *[np.arange(4)] * 2)
+  early = outputs.add_rows(np.array([3, 1]), *[np.arange(2)] * 2)
+  assert [(s, b.src.tolist()) for s, b in early] == [(1, [0, 1, 2, 3, 1]),
+                                                      (3, [0])]
+  assert outputs.flush() == []

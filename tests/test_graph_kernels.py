@@ -25,20 +25,26 @@ def test_shard_of_is_a_fixed_spread_function_of_the_id():
   assert _ints(graph.shard_of(np.array([0, 1, 2**40]), 1)) == [0, 0, 0]
 
 
-def test_route_sends_an_edge_to_both_owners_once_each():
+def _routed(a, b, shards, both):
+  """destinations() grouped: {shard: (a, b)}."""
+  dest, ra, rb = graph.destinations(a, b, shards, both)
+  assert len(dest) == len(ra) == len(rb)
+  return {int(s): (ra[dest == s], rb[dest == s]) for s in np.unique(dest)}
+
+
+def test_destinations_send_an_edge_to_both_owners_once_each():
   a = np.array([10, 11, 12, 13, 14], dtype=np.int64)
   b = np.array([1, 2, 3, 4, 5], dtype=np.int64)
   owner_a, owner_b = graph.shard_of(a, 4), graph.shard_of(b, 4)
-  parts = list(graph.route(a, b, 4, both=True))
-  assert [s for s, _, _ in parts] == sorted({s for s, _, _ in parts})
-  got = {(s, x, y) for s, pa, pb in parts for x, y in zip(_ints(pa),
-                                                           _ints(pb))}
+  parts = _routed(a, b, 4, both=True)
+  got = {(s, x, y) for s, (pa, pb) in parts.items()
+         for x, y in zip(_ints(pa), _ints(pb))}
   want = {(int(o), x, y) for x, y, oa, ob in zip(_ints(a), _ints(b), owner_a,
                                                  owner_b) for o in {oa, ob}}
   assert got == want
-  assert sum(len(pa) for _, pa, _ in parts) == len(want)
-  one = list(graph.route(a, b, 4, both=False))
-  assert {(s, x) for s, pa, _ in one for x in _ints(pa)} == {
+  assert sum(len(pa) for pa, _ in parts.values()) == len(want)
+  one = _routed(a, b, 4, both=False)
+  assert {(s, x) for s, (pa, _) in one.items() for x in _ints(pa)} == {
       (int(o), x) for x, o in zip(_ints(a), owner_a)}
 
 
@@ -139,7 +145,7 @@ def _all_shards(a, b, shards, rounds):
   transforms.components, run in memory."""
 
   def by_shard(x, y, both):
-    return {s: (pa, pb) for s, pa, pb in graph.route(x, y, shards, both)}
+    return _routed(x, y, shards, both)
 
   a, b = np.maximum(a, b), np.minimum(a, b)
   for _ in range(rounds):

@@ -98,9 +98,7 @@ class _CollideFn(metrics.MeteredDoFn):
         new = found.dst >= self._first_new_id
         found = found._replace(src=found.src[new], dst=found.dst[new],
                                anchor=found.anchor[new])
-      batches = list(lsh_kernels.split_by_shard(
-          lsh_kernels.node_shard(found.anchor, c.lsh_shards), found.src,
-          found.dst))
+      shards = lsh_kernels.node_shard(found.anchor, c.lsh_shards)
     self.meter.done(len(keys))
     sizes = found.sizes
     if len(sizes):
@@ -112,8 +110,7 @@ class _CollideFn(metrics.MeteredDoFn):
     if len(found.src):
       yield metrics.shuffled("candidate_edges",
                              found.src.nbytes + found.dst.nbytes)
-      for shard, (src, dst) in batches:
-        yield from self._outputs.add(shard, src, dst)
+      yield from self._outputs.add_rows(shards, found.src, found.dst)
 
 
 @beam.typehints.with_output_types(Tuple[int, EdgeBatch])

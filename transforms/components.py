@@ -154,9 +154,8 @@ class _BatchEdgesFn(RouteByShard):
     b = np.asarray(batch[1], dtype=np.int64)
     edge = a != b  # A self-loop connects nothing.
     a, b = a[edge], b[edge]
-    for out in connected.route(np.maximum(a, b), np.minimum(a, b),
-                               self._shards, both=True):
-      yield from self.outputs.add(*out)
+    yield from self.outputs.add_rows(*connected.destinations(
+        np.maximum(a, b), np.minimum(a, b), self._shards, both=True))
 
 
 class _StarFn(_MeteredFn):
@@ -168,9 +167,8 @@ class _StarFn(_MeteredFn):
     self.meter.done(star.incidences)
     self._counts.add(_SHUFFLED, 16 * star.incidences)
     self._counts.add(metrics.round_stat(self._index), star.changed)
-    for out in connected.route(star.child, star.parent, self._shards,
-                               both=both):
-      yield from self._outputs.add(*out)
+    yield from self._outputs.add_rows(*connected.destinations(
+        star.child, star.parent, self._shards, both=both))
 
 
 @beam.typehints.with_output_types(_Keyed)
@@ -248,9 +246,8 @@ class _ClassifyFn(_MeteredFn):
       a, b = self._gather(batches)
       c = connected.classify(a, b, shard, self._shards)
     self.meter.done(len(a))
-    for out in connected.route(c.leaf_parent, c.leaf, self._shards,
-                               both=False):
-      yield from self._outputs.add(*out)
+    yield from self._outputs.add_rows(*connected.destinations(
+        c.leaf_parent, c.leaf, self._shards, both=False))
     if len(c.unsettled):
       yield beam.pvalue.TaggedOutput(
           _UNSETTLED, _keyed(shard, c.unsettled, c.unsettled))
@@ -285,8 +282,8 @@ class _UnionFindFn(_MeteredFn):
     self.meter.done(len(nodes))
     yield metrics.count_tag("cc_residual_edges", len(child))
     yield metrics.count_tag("cc_residual_nodes", len(nodes))
-    for out in connected.route(nodes, labels, self._shards, both=False):
-      yield _keyed(*out)
+    yield from self._outputs.add_rows(*connected.destinations(
+        nodes, labels, self._shards, both=False))
 
   def _too_large(self):
     raise ResidualTooLargeError(

@@ -306,14 +306,15 @@ class BatchByShard(beam.DoFn):
 
 class ShardOutputs:
   """A DoFn's outputs gathered per destination shard over a bundle, for
-  steps that route each input to many shards: at most one element per shard
-  per bundle leaves the step (and per ``max_rows`` rows held), instead of
-  one per input and shard (64 x 64 small elements per step otherwise). The
-  rows a shard receives are the same, only in fewer batches.
+  steps that route each input's rows to many shards: at most one element
+  per shard per bundle leaves the step (and per ``max_rows`` rows held),
+  instead of one per input and shard (64 x 64 small elements per step
+  otherwise). Each shard receives the same rows in the same order (by
+  input, then by row), only in fewer batches.
 
-  In ``process``: ``yield from outputs.add(shard, *columns)`` (it returns
-  the gathered elements when ``max_rows`` are held, else nothing); in
-  ``finish_bundle``: return ``outputs.flush()``.
+  In ``process``: ``yield from outputs.add_rows(shards, *columns)`` (it
+  returns the gathered elements when ``max_rows`` are held, else nothing);
+  in ``finish_bundle``: return ``outputs.flush()``.
 
   Args:
     element_type: the NamedTuple (or dataclass) of arrays to emit, built
@@ -324,13 +325,14 @@ class ShardOutputs:
   def __init__(self, element_type, max_rows: int = 1 << 20):
     self._type = element_type
     self._max_rows = max_rows
-    self._parts = {}
+    self._parts = []
     self._rows = 0
 
-  def add(self, shard: int, *columns):
-    if len(columns[0]):
-      self._parts.setdefault(shard, []).append(columns)
-      self._rows += len(columns[0])
+  def add_rows(self, shards: np.ndarray, *columns):
+    """Adds rows: ``shards[i]`` is where row i of the columns goes."""
+    if len(shards):
+      self._parts.append((shards, columns))
+      self._rows += len(shards)
     return self._take() if self._rows >= self._max_rows else []
 
   def flush(self) -> list:
@@ -338,16 +340,19 @@ class ShardOutputs:
     return [GlobalWindows.windowed_value(out) for out in self._take()]
 
   def _take(self) -> list:
-    out = [(shard, self._type(*lsh_kernels.concat_arrays(parts)))
-           for shard, parts in sorted(self._parts.items())]
-    self._parts, self._rows = {}, 0
-    return out
+    if not self._parts:
+      return []
+    shards = np.concatenate([shards for shards, _ in self._parts])
+    columns = lsh_kernels.concat_arrays(columns for _, columns in self._parts)
+    self._parts, self._rows = [], 0
+    return [(shard, self._type(*parts)) for shard, parts in
+            lsh_kernels.split_by_shard(shards, *columns)]
 
 
 class RouteByShard(beam.DoFn):
   """A DoFn that routes the rows of each input to many of ``shards`` shards
   through :class:`ShardOutputs` of its ``OUTPUT`` type: a subclass's
-  ``process`` yields ``from self.outputs.add(shard, *columns)``."""
+  ``process`` yields ``from self.outputs.add_rows(shards, *columns)``."""
 
   OUTPUT = None
 

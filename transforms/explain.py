@@ -93,9 +93,8 @@ class _EdgeEndsFn(RouteByShard):
     docs = np.concatenate([src, dst])
     others = np.concatenate([dst, src])
     sims = np.concatenate([similarity, similarity])
-    for shard, parts in lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(docs, self._shards), docs, others, sims):
-      yield from self.outputs.add(shard, *parts)
+    yield from self.outputs.add_rows(
+        lsh_kernels.node_shard(docs, self._shards), docs, others, sims)
 
 
 class _ChooseMatchedFn(beam.DoFn):

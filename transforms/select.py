@@ -140,10 +140,9 @@ class _MembersByLabelFn(RouteByShard):
   def process(self, element):
     _, pairs = element
     nodes, labels = pairs.a, pairs.b
-    for shard, parts in lsh_kernels.split_by_shard(
+    yield from self.outputs.add_rows(
         lsh_kernels.node_shard(labels, self._shards), nodes, labels,
-        np.zeros(len(nodes), dtype=np.int64)):
-      yield from self.outputs.add(shard, *parts)
+        np.zeros(len(nodes), dtype=np.int64))
 
 
 def _member_with_length(element):
@@ -204,7 +203,6 @@ class _ChooseFn(metrics.MeteredDoFn):
     self._counts.add("clusters", int(np.count_nonzero(counted)))
     self._counts.add("clustered_docs", int(np.count_nonzero(members)))
     docs = c.nodes[members]
-    for shard, parts in lsh_kernels.split_by_shard(
+    yield from self._outputs.add_rows(
         lsh_kernels.node_shard(docs, self._shards), docs, c.labels[members],
-        c.sizes[members], c.kept[members]):
-      yield from self._outputs.add(shard, *parts)
+        c.sizes[members], c.kept[members])

@@ -118,27 +118,25 @@ def union_find_labels(edges: Iterable[Tuple]) -> dict:
   return {x: find(x) for x in parent}
 
 
-def route(a: np.ndarray, b: np.ndarray, shards: int,
-          both: bool) -> Iterable[Tuple[int, np.ndarray, np.ndarray]]:
-  """Splits edges by the owner shard of ``a`` (and of ``b`` too when
-  ``both``; an edge whose ends share an owner goes there once). Yields
-  ``(shard, a, b)`` in shard order."""
+def destinations(a: np.ndarray, b: np.ndarray, shards: int, both: bool
+                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Where each edge goes: the owner shard of ``a`` (and of ``b`` too when
+  ``both``; an edge whose ends share an owner goes there once). Returns
+  ``(shard, a, b)`` aligned, the edges sent to a second shard repeated
+  after all the others.
+
+  >>> destinations(np.array([10, 11]), np.array([1, 11]), 4, both=True)
+  (array([2, 1, 1]), array([10, 11, 10]), array([ 1, 11,  1]))
+  """
   a = np.asarray(a, dtype=np.int64)
   b = np.asarray(b, dtype=np.int64)
   dest = shard_of(a, shards)
-  index = np.arange(len(a))
-  if both:
-    other = shard_of(b, shards)
-    apart = other != dest
-    dest = np.concatenate([dest, other[apart]])
-    index = np.concatenate([index, index[apart]])
-  order = np.argsort(dest, kind="stable")
-  dest, index = dest[order], index[order]
-  cuts = np.flatnonzero(np.diff(dest)) + 1
-  for part in np.split(np.arange(len(dest)), cuts):
-    if len(part):
-      rows = index[part]
-      yield int(dest[part[0]]), a[rows], b[rows]
+  if not both:
+    return dest, a, b
+  other = shard_of(b, shards)
+  apart = other != dest
+  return (np.concatenate([dest, other[apart]]),
+          np.concatenate([a, a[apart]]), np.concatenate([b, b[apart]]))
 
 
 class Star(NamedTuple):
