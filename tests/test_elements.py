@@ -164,3 +164,58 @@ def test_shard_outputs_gather_rows_per_shard_in_input_order():
   assert [(s, b.src.tolist()) for s, b in early] == [(1, [0, 1, 2, 3, 1]),
                                                       (3, [0])]
   assert outputs.flush() == []
+
+
+@pytest.mark.parametrize("verify,steps", [
+    ("exact", ("NearDedup/VerifyExact/ServeTexts/RequestByFile",
+               "NearDedup/VerifyExact/ServeTexts/ReadCandidates",
+               "NearDedup/ExplainClusters/ServeTexts/RequestByFile",
+               "NearDedup/ExplainClusters/ServeTexts/ReadCandidates")),
+    ("signature", ("NearDedup/VerifyEdges/RouteSignatures",
+                   "NearDedup/VerifyEdges/ServeSignatures/RequestEndpoints",
+                   "NearDedup/VerifyEdges/ServeSignatures/ServeValues"))])
+def test_text_and_signature_servers_shuffle_with_their_own_coders(verify,
+                                                                  steps):
+  p = beam.Pipeline(runner="FnApiRunner")
+  job.build(p, ["in/*.jsonl"], "out", DedupConfig(verify=verify),
+            run_id="coders")
+  coders = {}
+
+  class Visitor(beam.pipeline.PipelineVisitor):
+
+    def visit_transform(self, node):
+      label = node.full_label.rsplit("/ParDo(", 1)[0]
+      if label in steps:
+        coders[label] = beam.coders.registry.get_coder(
+            node.outputs[None].element_type)
+
+  p.visit(Visitor())
+  assert sorted(coders) == sorted(steps)
+  for label, coder in coders.items():
+    assert any(isinstance(c, (elements.WantedCoder, elements.ServedCoder))
+               for c in _components(coder)), (label, coder)
+
+
+def test_served_values_round_trip_without_pickling(monkeypatch):
+  import pickle  # pylint: disable=import-outside-toplevel
+  coder = elements.ServedCoder()
+  sigs = np.arange(12, dtype=np.uint32).reshape(3, 4)
+  numeric = coder.decode(coder.encode(elements.Served(np.array([1, 2, 9]),
+                                                      sigs)))
+  assert numeric.values.dtype == np.uint32 and numeric.values.shape == (3, 4)
+  assert (numeric.values == sigs).all() and numeric.ids.tolist() == [1, 2, 9]
+  values = np.empty(5, dtype=object)
+  for i, v in enumerate(["caf\u00e9", None, ("text", {"a": [1, 2]}),
+                         (None, 7), ("", "id")]):
+    values[i] = v
+  served = elements.Served(np.array([4, 5, 6, 7, 8]), values)
+
+  def no_pickling(*args, **kwargs):
+    raise AssertionError("pickled")
+
+  monkeypatch.setattr(pickle, "dumps", no_pickling)
+  decoded = coder.decode(coder.encode(served))
+  assert decoded.ids.tolist() == [4, 5, 6, 7, 8]
+  assert decoded.values.dtype == object
+  assert decoded.values.tolist() == values.tolist()
+  assert isinstance(decoded.values[2], tuple)

@@ -125,6 +125,24 @@ class VerifiedEdges(NamedTuple):
   similarity: np.ndarray
 
 
+class Wanted(NamedTuple):
+  """What a text or signature server is asked for by one edge shard: the
+  documents ``ids`` int64[m], whether each one's text is wanted
+  (``with_text`` bool[m]; else only its user id) and the ``edge_shard``
+  int64[1] the answer goes to."""
+  ids: np.ndarray
+  with_text: np.ndarray
+  edge_shard: np.ndarray
+
+
+class Served(NamedTuple):
+  """A server's answer: documents ``ids`` int64[m] and their ``values``,
+  signatures (uint32[m, K]) or an object array of texts, ``(text, user
+  id)`` pairs or None."""
+  ids: np.ndarray
+  values: np.ndarray
+
+
 class MemberBatch(NamedTuple):
   """Cluster members on their way to their label's shard: ``nodes``,
   their cluster ``labels`` and their text ``lengths`` (zeros for the
@@ -270,6 +288,54 @@ class TextBatchCoder(ElementCoder):
 beam.coders.registry.register_coder(TextBatch, TextBatchCoder)
 
 
+class ServedCoder(ElementCoder):
+  """Coder of :class:`Served`: numeric values as :class:`ArraysCoder`
+  writes them; texts and ``(text, user id)`` pairs with Beam's
+  ``FastPrimitivesCoder``, which writes str, tuples, None and JSON values
+  itself (no pickling). Not a grouping key (user ids are any JSON value).
+
+  >>> coder = ServedCoder()
+  >>> texts = np.empty(2, dtype=object)
+  >>> texts[0], texts[1] = ("a", 7), None
+  >>> served = coder.decode(coder.encode(Served(np.array([3, 5]), texts)))
+  >>> served.ids.tolist(), served.values.tolist()
+  ([3, 5], [('a', 7), None])
+  """
+
+  TYPE = Served
+  DETERMINISTIC = False
+
+  def __init__(self):
+    self._objects = beam.coders.FastPrimitivesCoder()
+
+  def encode(self, value: Served) -> bytes:
+    if not value.values.dtype.hasobject:
+      return b"\x00" + _NUMERIC_SERVED.encode(value)
+    ids = np.ascontiguousarray(value.ids, dtype="<i8")
+    return b"".join([b"\x01", _DIM.pack(len(ids)), ids.tobytes(),
+                     self._objects.encode(value.values.tolist())])
+
+  def decode(self, encoded: bytes) -> Served:
+    if encoded[:1] == b"\x00":
+      return _NUMERIC_SERVED.decode(encoded[1:])
+    (n,) = _DIM.unpack_from(encoded, 1)
+    at = 1 + _DIM.size
+    ids = np.frombuffer(encoded, dtype="<i8", count=n, offset=at).copy()
+    listed = self._objects.decode(encoded[at + 8 * n:])
+    values = np.empty(n, dtype=object)
+    for i, item in enumerate(listed):  # Item by item: pairs stay pairs.
+      values[i] = item
+    return Served(ids, values)
+
+
+class _NumericServedCoder(ArraysCoder):
+  TYPE = Served
+
+
+_NUMERIC_SERVED = _NumericServedCoder()
+beam.coders.registry.register_coder(Served, ServedCoder)
+
+
 class BatchByShard(beam.DoFn):
   """Elements → one ``element_type`` of int64 columns per node shard and
   bundle: ``row(element)`` gives each element's columns, and the shard is
@@ -383,9 +449,10 @@ VerifiedEdgesCoder = _arrays_coder(VerifiedEdges)
 MemberBatchCoder = _arrays_coder(MemberBatch)
 ClusterBatchCoder = _arrays_coder(ClusterBatch)
 AskedBatchCoder = _arrays_coder(AskedBatch)
+WantedCoder = _arrays_coder(Wanted)
 
 CODERS = (SignatureBatchCoder, KeyShardCoder, EdgeBatchCoder,
           TextRequestCoder, VerifiedEdgesCoder, MemberBatchCoder, ClusterBatchCoder,
-          AskedBatchCoder)
+          AskedBatchCoder, WantedCoder)
 for _coder in CODERS:
   beam.coders.registry.register_coder(_coder.TYPE, _coder)

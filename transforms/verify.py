@@ -17,14 +17,15 @@ Every join here is a :class:`~transforms.join.JoinByKey` of a shard's
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import EdgeBatch, TextRequest, VerifiedEdges
+from transforms.elements import (EdgeBatch, Served, TextRequest,
+                                 VerifiedEdges, Wanted)
 from transforms.join import JoinByKey
 from transforms.read import make_doc_id, read_texts, split_doc_id
 from transforms.kernels import connected as graph_kernels
@@ -128,7 +129,7 @@ class ServeTextsFromFiles(beam.PTransform):
     id_field: the field holding the user's id, or None for texts only.
 
   Returns:
-    ``{"values": (edge shard, (ids, values)), "counts"}``.
+    ``{"values": (edge shard, Served), "counts"}``.
   """
 
   def __init__(self, files, text_field: str = "text",
@@ -196,9 +197,9 @@ def _nbytes(values) -> int:
   return values.nbytes
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, Served])
 class _RouteFn(beam.DoFn):
-  """``(ids, values)`` batches → ``(node shard, (ids, values))``."""
+  """``(ids, values)`` batches → ``(node shard, Served(ids, values))``."""
 
   def __init__(self, num_shards: int, stat: str):
     self._num_shards = num_shards
@@ -209,12 +210,12 @@ class _RouteFn(beam.DoFn):
     yield metrics.shuffled(self._stat, ids.nbytes + _nbytes(values))
     for shard, (shard_ids, shard_values) in lsh_kernels.split_by_shard(
         lsh_kernels.node_shard(ids, self._num_shards), ids, values):
-      yield shard, (shard_ids, shard_values)
+      yield shard, Served(shard_ids, shard_values)
 
 
 class _Serve(beam.PTransform):
   """``{"values": node-shard values, "edges": edge batches}`` → ``{"values":
-  (edge shard, (ids, values)), "counts"}``: each node shard sends the values
+  (edge shard, Served), "counts"}``: each node shard sends the values
   of the endpoints an edge shard asked for."""
 
   def __init__(self, num_shards: int):
@@ -245,20 +246,20 @@ def _endpoints(element):
   return edge_shard, nodes[order], (np.arange(len(nodes)) < len(texts))[order]
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, Wanted])
 class _RequestFn(beam.DoFn):
 
   def __init__(self, num_shards: int):
     self._num_shards = num_shards
 
   def process(self, element):
-    edge_shard, nodes, _ = _endpoints(element)
-    for shard, (wanted,) in lsh_kernels.split_by_shard(
-        lsh_kernels.node_shard(nodes, self._num_shards), nodes):
-      yield shard, (wanted, edge_shard)
+    edge_shard, nodes, with_text = _endpoints(element)
+    for shard, wanted in lsh_kernels.split_by_shard(
+        lsh_kernels.node_shard(nodes, self._num_shards), nodes, with_text):
+      yield shard, Wanted(*wanted, np.array([edge_shard], dtype=np.int64))
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, Served])
 class _ServeFn(beam.DoFn):
 
   def process(self, element):
@@ -266,11 +267,11 @@ class _ServeFn(beam.DoFn):
     if not grouped["wants"]:
       return
     ids, values = sorted_values(grouped["values"])
-    for wanted, edge_shard in grouped["wants"]:
+    for wanted, _, edge_shard in grouped["wants"]:
       found = values[lsh_kernels.rows_of(ids, wanted)]
       yield metrics.shuffled("verify_endpoints",
                              wanted.nbytes + _nbytes(found))
-      yield edge_shard, (wanted, found)
+      yield int(edge_shard[0]), Served(wanted, found)
 
 
 def sorted_values(batches):
@@ -280,17 +281,18 @@ def sorted_values(batches):
   return ids[order], values[order]
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, Wanted])
 class _RequestByFileFn(beam.DoFn):
 
   def process(self, element):
     edge_shard, nodes, with_text = _endpoints(element)
-    for file_index, (wanted, texts) in lsh_kernels.split_by_shard(
+    for file_index, wanted in lsh_kernels.split_by_shard(
         split_doc_id(nodes)[0], nodes, with_text):
-      yield file_index, (wanted, texts, edge_shard)
+      yield file_index, Wanted(*wanted, np.array([edge_shard],
+                                                 dtype=np.int64))
 
 
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, Served])
 class _ReadCandidatesFn(beam.DoFn):
 
   def __init__(self, text_field: str, id_field: Optional[str]):
@@ -314,7 +316,7 @@ class _ReadCandidatesFn(beam.DoFn):
       for i in np.flatnonzero(~with_text).tolist():
         found[i] = (None, found[i][1]) if self._id_field else None
       yield metrics.shuffled(self._stat, wanted.nbytes + _nbytes(found))
-      yield edge_shard, (wanted, found)
+      yield int(edge_shard[0]), Served(wanted, found)
 
   @property
   def _stat(self):
