@@ -64,8 +64,9 @@ HOT = ("NearDedup/ComputeSignatures/SignatureBatches/Apply",
        "NearDedup/ExplainClusters/ChooseMatched")
 
 
-@pytest.mark.parametrize("verify", ["exact", "signature", "none"])
-def test_hot_path_elements_get_their_deterministic_coders(verify):
+def _main_output_coders(verify: str, steps) -> dict:
+  """The registry's coder of each of the CLI graph's ``steps``' main
+  output, for ``verify``."""
   p = beam.Pipeline(runner="FnApiRunner")
   job.build(p, ["in/*.jsonl"], "out", DedupConfig(verify=verify),
             run_id="coders")
@@ -76,11 +77,17 @@ def test_hot_path_elements_get_their_deterministic_coders(verify):
     def visit_transform(self, node):
       # A ParDo is the primitive inside its labelled step.
       label = node.full_label.rsplit("/ParDo(", 1)[0]
-      if label in HOT:
+      if label in steps:
         coders[label] = beam.coders.registry.get_coder(
             node.outputs[None].element_type)
 
   p.visit(Visitor())
+  return coders
+
+
+@pytest.mark.parametrize("verify", ["exact", "signature", "none"])
+def test_hot_path_elements_get_their_deterministic_coders(verify):
+  coders = _main_output_coders(verify, HOT)
   assert len(coders) == 14
   for label, coder in coders.items():
     assert coder.is_deterministic(), (label, coder)
@@ -176,20 +183,7 @@ def test_shard_outputs_gather_rows_per_shard_in_input_order():
                    "NearDedup/VerifyEdges/ServeSignatures/ServeValues"))])
 def test_text_and_signature_servers_shuffle_with_their_own_coders(verify,
                                                                   steps):
-  p = beam.Pipeline(runner="FnApiRunner")
-  job.build(p, ["in/*.jsonl"], "out", DedupConfig(verify=verify),
-            run_id="coders")
-  coders = {}
-
-  class Visitor(beam.pipeline.PipelineVisitor):
-
-    def visit_transform(self, node):
-      label = node.full_label.rsplit("/ParDo(", 1)[0]
-      if label in steps:
-        coders[label] = beam.coders.registry.get_coder(
-            node.outputs[None].element_type)
-
-  p.visit(Visitor())
+  coders = _main_output_coders(verify, steps)
   assert sorted(coders) == sorted(steps)
   for label, coder in coders.items():
     assert any(isinstance(c, (elements.WantedCoder, elements.ServedCoder))
