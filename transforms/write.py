@@ -21,7 +21,7 @@ from transforms.select import Clustered
 from transforms.stats import finalize_stats
 from transforms.read import (ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
                              InputChangedError, check_unchanged,
-                             compression_suffix, create_stream, field_value,
+                             compression_suffix, create_stream,
                              iter_raw_lines, json_field, line_content,
                              make_doc_id, open_arrow, open_batches,
                              split_doc_id)
