@@ -177,8 +177,7 @@ class _LargestFn(beam.CombineFn):
     top.append((size, -cluster_id, lowest, members))
     if len(top) > 2 * LARGEST_CLUSTERS:  # Cut now and then, not per row.
       top = _largest(top)
-    chain = lowest is not None and lowest < self._threshold - 1e-9
-    return top, chains + chain
+    return top, chains + report_render.is_chain(lowest, self._threshold)
 
   def merge_accumulators(self, accumulators):
     top, chains = [], 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from transforms import stats as stat_names
 from transforms.kernels.lsh import collision_probability
@@ -70,6 +70,13 @@ def worker_seconds(timings_ms: Mapping[str, int]) -> Dict[str, float]:
   return {stage: round(by_stage[stage] / 1000, 3) for stage in order}
 
 
+def is_chain(min_to_kept: Optional[float], threshold: float) -> bool:
+  """Whether a cluster whose minimum Jaccard to its kept document is
+  ``min_to_kept`` (None: no member has one) is held together by a chain:
+  that minimum is below ``threshold``."""
+  return min_to_kept is not None and min_to_kept < threshold - 1e-9
+
+
 def assemble(stats: dict, timings_ms: Mapping[str, int],
              largest: Iterable[Tuple[int, int]],
              members: Mapping[int, Iterable[tuple]],
@@ -99,7 +106,7 @@ def assemble(stats: dict, timings_ms: Mapping[str, int],
     lowest = min_to_kept.get(cluster_id)
     clusters.append({"cluster_id": cluster_id, "size": size,
                      "min_jaccard_to_kept": lowest,
-                     "chain": lowest is not None and lowest < threshold - 1e-9,
+                     "chain": is_chain(lowest, threshold),
                      "members": shown, "more": size - len(shown)})
   return {
       "stats": stats,
