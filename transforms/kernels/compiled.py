@@ -1,12 +1,18 @@
-"""The compiled hot loops of the signature stage (numba, ``cache=True``).
+"""Every compiled hot loop of the kernels (numba, ``cache=True``), each
+compiled once per process (or loaded from numba's on-disk cache). Only
+:mod:`~transforms.kernels.dispatch` imports this module, once a process has
+enough work to pay numba's start; the callers' pure paths give the same
+results (tests compare them).
 
-Three entry points, each compiled once per process (or loaded from numba's
-on-disk cache): :func:`scan_codepoints` (which documents need NFKC or new
-table entries), :func:`text_units` (normalise, split and hash units) and
+The signature stage: :func:`scan_codepoints` (which documents need NFKC or
+new table entries), :func:`text_units` (normalise, split and hash units) and
 :func:`sketch_rows` (fold units into n-gram shingles, then classic MinHash or
-one-permutation hashing). All release the GIL. They reproduce the schemes
-documented in ``reference_text.py`` and ``minhash.py`` bit for bit; tests compare them
-with the reference implementations (``xxhash``, pyarrow, numpy, Python).
+one-permutation hashing), reproducing the schemes documented in
+``reference_text.py`` and ``minhash.py`` bit for bit. Then the band entries
+(:func:`band_entries`), repeated keys (:func:`occurs_in`), sets and their
+intersections (:func:`sorted_sets`, :func:`are_sets`,
+:func:`merge_intersections`) and the union-find of
+:mod:`~transforms.kernels.connected` (:func:`unite`). All release the GIL.
 """
 
 from __future__ import annotations
@@ -14,10 +20,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from transforms.kernels.hashing import GOLDEN
-from transforms.kernels.hashing import fmix64_scalar as _fmix64
+from transforms.kernels import connected
+from transforms.kernels.hashing import FMIX_M1, FMIX_M2, GOLDEN
+# Property bits of the code point tables (see reference_text.codepoint_tables).
+from transforms.kernels.reference_text import (DIGIT, KNOWN, SPACE, STABLE,
+                                               WORD)
 
 _U64 = np.uint64
+_S33 = np.uint64(33)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _EMPTY = np.uint64(1 << 32)  # above every 32-bit value: marks an empty bin
 
@@ -37,13 +47,21 @@ _SECRET = bytes.fromhex(
 # The secret read as little-endian 64-bit words at every byte offset.
 _S64 = np.array([int.from_bytes(_SECRET[i:i + 8], "little")
                  for i in range(len(_SECRET) - 7)], dtype=np.uint64)
-# Bits of the per-code-point property table (see text.codepoint_tables).
-KNOWN, WORD, SPACE, DIGIT, STABLE = 1, 2, 4, 8, 16
 # Densification probes per bin precomputed once per batch.
 _PROBE_TABLE = 16
 # Longer tokens take XXH3's long-input path; the caller hashes those (rare)
 # with the xxhash package instead.
 XXH3_MAX_LEN = 240
+
+
+@numba.njit(cache=True, nogil=True)
+def _fmix64(h):
+  """``hashing.fmix64`` of one uint64."""
+  h ^= h >> _S33
+  h *= FMIX_M1
+  h ^= h >> _S33
+  h *= FMIX_M2
+  return h ^ (h >> _S33)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -409,3 +427,122 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
           break
         attempt += 1
 
+
+
+@numba.njit(cache=True, nogil=True)
+def band_entries(sig, ids, rows, band_starts, digest_start, num_shards):
+  """``(keys, ids, digests, bounds)`` of ``lsh.band_entries``: every
+  (document, band) entry's key, its document's id and signature digest,
+  counting-sorted by shard (shard s is ``[bounds[s], bounds[s + 1])``)."""
+  n, width = sig.shape
+  bands = len(band_starts)
+  keys = np.empty(n * bands, dtype=np.uint64)
+  shards = np.empty(n * bands, dtype=np.int64)
+  digests = np.empty(n, dtype=np.uint64)
+  bounds = np.zeros(num_shards + 1, dtype=np.int64)
+  for doc in range(n):
+    h = digest_start
+    for j in range(width):
+      h = _fmix64((h ^ np.uint64(sig[doc, j])) * GOLDEN)
+    digests[doc] = h
+    for band in range(bands):
+      h = band_starts[band]
+      for j in range(rows):
+        h = _fmix64((h ^ np.uint64(sig[doc, band * rows + j])) * GOLDEN)
+      entry = doc * bands + band
+      keys[entry] = h
+      shard = np.int64((h >> np.uint64(32)) % np.uint64(num_shards))
+      shards[entry] = shard
+      bounds[shard + 1] += 1
+  bounds = np.cumsum(bounds)
+  # A counting sort by shard: stable, so entries keep their order.
+  at = bounds[:-1].copy()
+  out_keys = np.empty_like(keys)
+  out_ids = np.empty(n * bands, dtype=np.int64)
+  out_digests = np.empty(n * bands, dtype=np.uint64)
+  for entry in range(n * bands):
+    shard = shards[entry]
+    out_keys[at[shard]] = keys[entry]
+    out_ids[at[shard]] = ids[entry // bands]
+    out_digests[at[shard]] = digests[entry // bands]
+    at[shard] += 1
+  return out_keys, out_ids, out_digests, bounds
+
+
+@numba.njit(cache=True, nogil=True)
+def occurs_in(values, members):
+  """Mask of ``values[i] in members`` (distinct), by an open-addressing
+  table of ``members``: one probe sequence per value, no sort."""
+  bits = 1
+  while (1 << bits) < 2 * len(members):
+    bits += 1
+  slots = np.uint64((1 << bits) - 1)
+  shift = np.uint64(64 - bits)
+  table = np.zeros(1 << bits, dtype=np.uint64)
+  used = np.zeros(1 << bits, dtype=np.bool_)
+  for member in members:
+    slot = (member * GOLDEN) >> shift
+    while used[slot]:
+      slot = (slot + np.uint64(1)) & slots
+    used[slot] = True
+    table[slot] = member
+  found = np.zeros(len(values), dtype=np.bool_)
+  for i in range(len(values)):
+    slot = (values[i] * GOLDEN) >> shift
+    while used[slot]:
+      if table[slot] == values[i]:
+        found[i] = True
+        break
+      slot = (slot + np.uint64(1)) & slots
+  return found
+
+
+@numba.njit(cache=True, nogil=True)
+def sorted_sets(values, offsets):
+  """``jaccard.sorted_sets``: each document's distinct values, sorted."""
+  out = values.copy()
+  set_offsets = np.zeros(len(offsets), dtype=np.int64)
+  n = 0
+  for doc in range(len(offsets) - 1):
+    lo, hi = offsets[doc], offsets[doc + 1]
+    out[lo:hi].sort()
+    # Compacting in place: n <= lo, so no unread element is overwritten.
+    for j in range(lo, hi):
+      if j == lo or out[j] != out[j - 1]:
+        out[n] = out[j]
+        n += 1
+    set_offsets[doc + 1] = n
+  return out[:n].copy(), set_offsets
+
+
+@numba.njit(cache=True, nogil=True)
+def are_sets(values, offsets):
+  """Whether every document's values are sorted and distinct."""
+  for doc in range(len(offsets) - 1):
+    for j in range(offsets[doc] + 1, offsets[doc + 1]):
+      if values[j] <= values[j - 1]:
+        return False
+  return True
+
+
+@numba.njit(cache=True, nogil=True)
+def merge_intersections(values, offsets, left, right, out):
+  """``out[i] = |S_left[i] ∩ S_right[i]|``, by one merge of the two sets."""
+  for i in range(len(left)):
+    a, a_end = offsets[left[i]], offsets[left[i] + 1]
+    b, b_end = offsets[right[i]], offsets[right[i] + 1]
+    shared = 0
+    while a < a_end and b < b_end:
+      if values[a] == values[b]:
+        shared += 1
+        a += 1
+        b += 1
+      elif values[a] < values[b]:
+        a += 1
+      else:
+        b += 1
+    out[i] = shared
+
+
+# The union-find runs the same source on both paths.
+unite = numba.njit(cache=True, nogil=True)(connected.unite)

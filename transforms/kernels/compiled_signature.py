@@ -2,12 +2,13 @@
 (normalise, shingle, hash, MinHash or OPH) as one kernel call.
 
 The result is bit-identical to ``reference_text.shingle_batch`` followed by
-``minhash.minhash_batch`` / ``minhash.oph_batch``, but no Python code runs
-per token or per shingle: the Arrow string buffer goes straight to compiled
-code (``compiled``) that lowercases, folds digits and splits through per-code-point
-tables, hashes words with xxh3, folds n-grams and sketches. Python's
-``unicodedata`` NFKC runs only on documents that hold a code point NFKC could
-change (pure-ASCII text never does).
+``minhash.minhash_batch`` / ``minhash.oph_batch``, which is the path small
+batches take (see :mod:`~transforms.kernels.dispatch`). On the compiled path
+no Python code runs per token or per shingle: the Arrow string buffer goes
+straight to compiled code that lowercases, folds digits and splits through
+per-code-point tables, hashes words with xxh3, folds n-grams and sketches.
+Python's ``unicodedata`` NFKC runs only on documents that hold a code point
+NFKC could change (pure-ASCII text never does).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from transforms.kernels import compiled
+from transforms.kernels import dispatch
 from transforms.kernels.jaccard import sorted_sets
 from transforms.kernels import minhash
 from transforms.kernels import reference_text
@@ -62,15 +63,22 @@ def signature_batch(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
     raise ValueError(f"unknown shingle unit {unit!r}")
   if sketch not in SKETCHES:
     raise ValueError(f"unknown sketch {sketch!r}: use one of {SKETCHES}")
-  units, offsets = _units(texts, unit == "word", seed, nfkc=nfkc,
-                          lowercase=lowercase,
-                          strip_punctuation=strip_punctuation,
-                          fold_digits=fold_digits)
-  sigs = np.empty((len(offsets) - 1, len(a)), dtype=np.uint32)
-  compiled.sketch_rows(units, offsets, ngram, np.uint64(seed), sketch == "oph",
-                  np.ascontiguousarray(a, np.uint64),
-                  np.ascontiguousarray(b, np.uint64),
-                  *minhash.oph_keys(seed), sigs)
+  arr = _string_array(texts)
+  a = np.ascontiguousarray(a, np.uint64)
+  b = np.ascontiguousarray(b, np.uint64)
+  sigs = np.empty((len(arr), len(a)), dtype=np.uint32)
+  normalize = dict(nfkc=nfkc, lowercase=lowercase,
+                   strip_punctuation=strip_punctuation, fold_digits=fold_digits)
+  kernels = dispatch.compiled_kernels(arr.nbytes * len(a))
+  if kernels is None:
+    shingles, offsets, unit_counts = reference_text.shingle_batch(
+        arr, unit=unit, ngram=ngram, seed=seed, **normalize)
+    minhash.sketch(shingles, offsets, len(a), a, b, sketch == "oph", seed,
+                   sigs)
+    return sigs, unit_counts
+  units, offsets = _units(kernels, arr, unit == "word", seed, **normalize)
+  kernels.sketch_rows(units, offsets, ngram, np.uint64(seed), sketch == "oph",
+                      a, b, *minhash.oph_keys(seed), sigs)
   return sigs, np.diff(offsets)
 
 
@@ -84,23 +92,35 @@ def shingle_sets(texts: Sequence[Optional[str]], *, unit: str, ngram: int,
   ``reference_text.shingle_batch`` followed by ``reference_text.unique_per_document``."""
   if unit not in ("word", "char"):
     raise ValueError(f"unknown shingle unit {unit!r}")
-  units, unit_offsets = _units(texts, unit == "word", seed, nfkc=nfkc,
-                               lowercase=lowercase,
-                               strip_punctuation=strip_punctuation,
-                               fold_digits=fold_digits)
-  shingles, offsets = reference_text.ngram_hashes(units, unit_offsets, ngram, seed)
+  arr = _string_array(texts)
+  normalize = dict(nfkc=nfkc, lowercase=lowercase,
+                   strip_punctuation=strip_punctuation, fold_digits=fold_digits)
+  kernels = dispatch.compiled_kernels(arr.nbytes)
+  if kernels is None:
+    shingles, offsets, _ = reference_text.shingle_batch(
+        arr, unit=unit, ngram=ngram, seed=seed, **normalize)
+  else:
+    units, unit_offsets = _units(kernels, arr, unit == "word", seed,
+                                 **normalize)
+    shingles, offsets = reference_text.ngram_hashes(units, unit_offsets, ngram,
+                                                    seed)
   return sorted_sets(shingles, offsets)
 
 
-def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
-           fold_digits):
-  """Unit hashes and offsets (``reference_text.unit_hashes``'s layout) of the texts
-  normalised as ``reference_text.normalize_texts`` would."""
+def _string_array(texts) -> pa.StringArray:
+  """The texts as one string array, None as the empty string."""
   arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(
       texts, type=pa.string())
   if isinstance(arr, pa.ChunkedArray):
     arr = arr.combine_chunks()
-  arr = pc.fill_null(arr, "")
+  return pc.fill_null(arr, "")
+
+
+def _units(kernels, arr, word, seed, *, nfkc, lowercase, strip_punctuation,
+           fold_digits):
+  """Unit hashes and offsets (``reference_text.unit_hashes``'s layout) of the
+  texts normalised as ``reference_text.normalize_texts`` would, by the
+  compiled ``kernels``."""
   if not len(arr):
     return np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64)
   lower, props = reference_text.codepoint_tables()
@@ -112,8 +132,9 @@ def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
     unstable = np.zeros(len(arr), dtype=bool)
     unknown = np.empty(len(data) + 1, dtype=np.int64)
     while True:
-      n_unknown = compiled.scan_codepoints(data, starts, ends, scan, check, lower,
-                                      props, lowercase, unstable, unknown)
+      n_unknown = kernels.scan_codepoints(data, starts, ends, scan, check,
+                                          lower, props, lowercase, unstable,
+                                          unknown)
       if n_unknown:
         reference_text.learn_codepoints(unknown[:n_unknown])
       elif unstable.any():
@@ -134,11 +155,12 @@ def _units(texts, word, seed, *, nfkc, lowercase, strip_punctuation,
   units = np.empty(len(data) // 2 + len(arr) + 1 if word else len(data) + 1,
                    dtype=np.uint64)
   unit_offsets = np.empty(len(arr) + 1, dtype=np.int64)
-  long_tokens = np.empty((len(norm) // (compiled.XXH3_MAX_LEN + 1) + 1, 3),
+  long_tokens = np.empty((len(norm) // (kernels.XXH3_MAX_LEN + 1) + 1, 3),
                          dtype=np.int64)
-  n_long = compiled.text_units(data, starts, ends, lower, props, word, lowercase,
-                          strip_punctuation, fold_digits, np.uint64(seed),
-                          norm, units, unit_offsets, long_tokens)
+  n_long = kernels.text_units(data, starts, ends, lower, props, word,
+                              lowercase, strip_punctuation, fold_digits,
+                              np.uint64(seed), norm, units, unit_offsets,
+                              long_tokens)
   for u, start, end in long_tokens[:n_long].tolist():
     units[u] = xxhash.xxh3_64_intdigest(norm[start:end].tobytes(), seed)
   return units[:unit_offsets[-1]], unit_offsets

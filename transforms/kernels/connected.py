@@ -1,7 +1,7 @@
 """Connected-component kernels on int64 edge arrays: an array union-find
-(numba), the per-shard contraction and classification steps of the
-distributed rounds in :mod:`transforms.components`, and a maximum-weight
-spanning forest.
+(compiled by numba where :mod:`~transforms.kernels.dispatch` says so), the
+per-shard contraction and classification steps of the distributed rounds in
+:mod:`transforms.components`, and a maximum-weight spanning forest.
 
 Edges are pairs of int node ids; labels are the minimum node id of each
 component, so a component's label is also its first document in input order.
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple, Tuple
 
-import numba
 import numpy as np
+
+from transforms.kernels import dispatch
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -53,32 +54,39 @@ def oriented_unique(a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray,
   return child, parent
 
 
-@numba.njit(cache=True, nogil=True)
-def _find(parent, x):
-  """Root of x, halving the path on the way (a union-find step)."""
-  while parent[x] != x:
-    parent[x] = parent[parent[x]]
-    x = parent[x]
-  return x
-
-
-@numba.njit(cache=True, nogil=True)
-def _min_roots(a, b, n):
-  """Root index of each of n dense indices after uniting a[i] with b[i];
-  the root of a component is its smallest index."""
+def unite(a, b, n):
+  """Union-find over n dense indices, uniting ``a[i]`` with ``b[i]`` in
+  order: ``(roots, joined)``, the root of every index (the smallest of its
+  component) and the mask of the edges that joined two components
+  (Kruskal's choice when the edges come heaviest first). Path halving, in
+  numba's subset of Python: :mod:`~transforms.kernels.compiled` compiles
+  this very function for large inputs; small ones run it as it is."""
   parent = np.arange(n)
+  joined = np.zeros(len(a), dtype=np.bool_)
   for i in range(len(a)):
-    x = _find(parent, a[i])
-    y = _find(parent, b[i])
-    if x < y:
-      parent[y] = x
-    elif y < x:
-      parent[x] = y
+    x = a[i]
+    while parent[x] != x:
+      parent[x] = parent[parent[x]]
+      x = parent[x]
+    y = b[i]
+    while parent[y] != y:
+      parent[y] = parent[parent[y]]
+      y = parent[y]
+    if x != y:
+      parent[max(x, y)] = min(x, y)
+      joined[i] = True
   # Roots are smaller than their descendants, so one ascending pass
   # finishes every path.
   for x in range(n):
     parent[x] = parent[parent[x]]
-  return parent
+  return parent, joined
+
+
+def _unite(a: np.ndarray, b: np.ndarray, n: int):
+  """:func:`unite` on the path the call's size picks: compiled, or run by
+  the interpreter."""
+  kernels = dispatch.compiled_kernels(len(a) * dispatch.PYTHON_STEP)
+  return (unite if kernels is None else kernels.unite)(a, b, n)
 
 
 def component_minima(a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray,
@@ -89,7 +97,7 @@ def component_minima(a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray,
   b = np.asarray(b, dtype=np.int64)
   nodes, index = np.unique(np.concatenate([a, b]), return_inverse=True)
   index = index.ravel()
-  roots = _min_roots(index[:len(a)], index[len(a):], len(nodes))
+  roots, _ = _unite(index[:len(a)], index[len(a):], len(nodes))
   return nodes, nodes[roots]
 
 
@@ -274,19 +282,7 @@ def spanning_forest(src: np.ndarray, dst: np.ndarray,
   nodes, index = np.unique(np.concatenate([src, dst]), return_inverse=True)
   index = index.ravel()
   keep = np.zeros(len(src), dtype=bool)
-  keep[order] = _kruskal(index[:len(src)][order], index[len(src):][order],
-                         len(nodes))
+  keep[order] = _unite(index[:len(src)][order], index[len(src):][order],
+                       len(nodes))[1]
   return keep
 
-
-@numba.njit(cache=True, nogil=True)
-def _kruskal(a, b, n):
-  parent = np.arange(n)
-  keep = np.zeros(len(a), dtype=np.bool_)
-  for i in range(len(a)):
-    x = _find(parent, a[i])
-    y = _find(parent, b[i])
-    if x != y:
-      parent[max(x, y)] = min(x, y)
-      keep[i] = True
-  return keep

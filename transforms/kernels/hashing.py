@@ -1,11 +1,10 @@
-"""Stable, platform-independent 64-bit mixing in numpy (and its scalar form
-for the compiled kernels).
+"""Stable, platform-independent 64-bit mixing in numpy (``compiled`` has its
+scalar form).
 
 All arithmetic is on uint64 arrays and is defined modulo 2**64, so wrap-around
 is the intended operation, not an overflow.
 """
 
-import numba
 import numpy as np
 
 FMIX_M1 = np.uint64(0xFF51AFD7ED558CCD)
@@ -21,16 +20,6 @@ def fmix64(h: np.ndarray) -> np.ndarray:
   h = h * FMIX_M1
   h = h ^ (h >> _S33)
   h = h * FMIX_M2
-  return h ^ (h >> _S33)
-
-
-@numba.njit(cache=True, nogil=True)
-def fmix64_scalar(h):
-  """:func:`fmix64` of one uint64, inside numba-compiled kernels."""
-  h ^= h >> _S33
-  h *= FMIX_M1
-  h ^= h >> _S33
-  h *= FMIX_M2
   return h ^ (h >> _S33)
 
 

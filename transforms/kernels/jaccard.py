@@ -1,5 +1,6 @@
 """Exact Jaccard similarity of shingle sets: for given pairs of documents, and
-for all pairs of a corpus at or above a threshold (ground truth).
+for all pairs of a corpus at or above a threshold (ground truth). Sets and
+intersections run compiled where :mod:`~transforms.kernels.dispatch` says so.
 
 Sets use the flat layout of :mod:`transforms.kernels.reference_text`: ``values`` holds
 every document's distinct elements, sorted, concatenated; document i owns
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 from typing import Tuple
 
-import numba
 import numpy as np
+
+from transforms.kernels import dispatch
+from transforms.kernels.lsh import ranges
 
 # Bounds the (pair, element) arrays built at once by the batch kernels.
 _CHUNK_ELEMENTS = 1 << 23
@@ -34,25 +37,20 @@ def sorted_sets(values: np.ndarray, offsets: np.ndarray
                 ) -> Tuple[np.ndarray, np.ndarray]:
   """``(values, offsets)`` of each document's distinct elements, sorted:
   the set layout, from any flat layout (elements in any order, repeated)."""
-  return _sorted_sets(np.ascontiguousarray(values),
-                      np.asarray(offsets, dtype=np.int64))
-
-
-@numba.njit(cache=True, nogil=True)
-def _sorted_sets(values, offsets):
-  out = values.copy()
+  values = np.ascontiguousarray(values)
+  offsets = np.asarray(offsets, dtype=np.int64)
+  kernels = dispatch.compiled_kernels(len(values))
+  if kernels is not None:
+    return kernels.sorted_sets(values, offsets)
+  doc = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+  order = np.lexsort((values[offsets[0]:offsets[-1]], doc))
+  doc, values = doc[order], values[offsets[0]:offsets[-1]][order]
+  fresh = np.ones(len(values), dtype=bool)
+  fresh[1:] = (values[1:] != values[:-1]) | (doc[1:] != doc[:-1])
   set_offsets = np.zeros(len(offsets), dtype=np.int64)
-  n = 0
-  for doc in range(len(offsets) - 1):
-    lo, hi = offsets[doc], offsets[doc + 1]
-    out[lo:hi].sort()
-    # Compacting in place: n <= lo, so no unread element is overwritten.
-    for j in range(lo, hi):
-      if j == lo or out[j] != out[j - 1]:
-        out[n] = out[j]
-        n += 1
-    set_offsets[doc + 1] = n
-  return out[:n].copy(), set_offsets
+  np.cumsum(np.bincount(doc[fresh], minlength=len(offsets) - 1),
+            out=set_offsets[1:])
+  return values[fresh], set_offsets
 
 
 def pair_intersections(values: np.ndarray, offsets: np.ndarray,
@@ -65,40 +63,43 @@ def pair_intersections(values: np.ndarray, offsets: np.ndarray,
   """
   offsets = np.asarray(offsets, dtype=np.int64)
   values = np.ascontiguousarray(values)
-  if not _are_sets(values, offsets):
+  left = np.asarray(left, dtype=np.int64)
+  right = np.asarray(right, dtype=np.int64)
+  sizes = np.diff(offsets)
+  kernels = dispatch.compiled_kernels(
+      len(values) + int(sizes[left].sum() + sizes[right].sum()))
+  if not (_are_sets(values, offsets) if kernels is None
+          else kernels.are_sets(values, offsets)):
     raise ValueError("pair_intersections needs each set sorted and distinct;"
                      " build them with sorted_sets")
+  if kernels is None:
+    return _intersections(values, offsets, left, right)
   out = np.zeros(len(left), dtype=np.int64)
-  _merge_intersections(values, offsets, np.asarray(left, dtype=np.int64),
-                       np.asarray(right, dtype=np.int64), out)
+  kernels.merge_intersections(values, offsets, left, right, out)
   return out
 
 
-@numba.njit(cache=True, nogil=True)
 def _are_sets(values, offsets):
-  for doc in range(len(offsets) - 1):
-    for j in range(offsets[doc] + 1, offsets[doc + 1]):
-      if values[j] <= values[j - 1]:
-        return False
-  return True
+  sizes = np.diff(offsets)
+  inside = values[offsets[0]:offsets[-1]]
+  # Every element but a document's first must exceed its predecessor.
+  later = np.ones(len(inside), dtype=bool)
+  later[offsets[:-1][sizes > 0] - offsets[0]] = False
+  return bool(np.all(inside[1:][later[1:]] > inside[:-1][later[1:]]))
 
 
-@numba.njit(cache=True, nogil=True)
-def _merge_intersections(values, offsets, left, right, out):
-  for i in range(len(left)):
-    a, a_end = offsets[left[i]], offsets[left[i] + 1]
-    b, b_end = offsets[right[i]], offsets[right[i] + 1]
-    shared = 0
-    while a < a_end and b < b_end:
-      if values[a] == values[b]:
-        shared += 1
-        a += 1
-        b += 1
-      elif values[a] < values[b]:
-        a += 1
-      else:
-        b += 1
-    out[i] = shared
+def _intersections(values, offsets, left, right):
+  """The pure path of :func:`pair_intersections`: both sets of every pair
+  sorted together, an intersection element being a value met twice."""
+  sizes = np.diff(offsets)
+  pair = np.concatenate([np.repeat(np.arange(len(left)), sizes[left]),
+                         np.repeat(np.arange(len(right)), sizes[right])])
+  members = values[np.concatenate([ranges(offsets[left], sizes[left]),
+                                   ranges(offsets[right], sizes[right])])]
+  order = np.lexsort((members, pair))
+  pair, members = pair[order], members[order]
+  twice = (pair[1:] == pair[:-1]) & (members[1:] == members[:-1])
+  return np.bincount(pair[1:][twice], minlength=len(left)).astype(np.int64)
 
 
 def similar_pairs(values: np.ndarray, offsets: np.ndarray, threshold: float

@@ -31,13 +31,17 @@ from typing import Tuple
 
 import numpy as np
 
-from transforms.kernels import compiled
-from transforms.kernels.hashing import seeded_uint64
+from transforms.kernels import dispatch
+from transforms.kernels.hashing import fmix64, seeded_uint64
 
 MINHASH_SCHEME = "multiply-add-shift-u32-v1"
 OPH_SCHEME = "oph-fmix64-optimal-densification-v1"
 SKETCH_SCHEMES = {"classic": MINHASH_SCHEME, "oph": OPH_SCHEME}
 _NO_PERMUTATIONS = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
+_MASK32 = np.uint64(0xFFFFFFFF)
+_EMPTY = np.uint64(1 << 32)  # above every 32-bit value: marks an empty bin
+# Bounds the (shingle, permutation) matrix the pure classic path builds.
+_PURE_CHUNK = 1 << 20
 
 
 def permutations(num_perm: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -78,10 +82,89 @@ def _sketch(shingles, offsets, k, a, b, oph, seed):
     raise ValueError("every document needs at least one shingle")
   out = np.empty((n_docs, k), dtype=np.uint32)
   if n_docs:
-    compiled.sketch_rows(np.ascontiguousarray(shingles, dtype=np.uint64), offsets,
-                    0, np.uint64(0), oph, np.ascontiguousarray(a, np.uint64),
-                    np.ascontiguousarray(b, np.uint64), *oph_keys(seed), out)
+    sketch(np.ascontiguousarray(shingles, dtype=np.uint64), offsets, k,
+           np.ascontiguousarray(a, np.uint64),
+           np.ascontiguousarray(b, np.uint64), oph, seed, out)
   return out
+
+
+def sketch(shingles: np.ndarray, offsets: np.ndarray, k: int, a: np.ndarray,
+           b: np.ndarray, oph: bool, seed: int, out: np.ndarray) -> None:
+  """Writes the signature rows of the documents
+  ``shingles[offsets[i]:offsets[i+1]]`` into ``out`` (uint32 ``(n, k)``):
+  classic MinHash with ``(a, b)`` (uint64, contiguous), or OPH keyed by
+  ``seed`` (``oph``). A document with no shingles gets an all-``0xFFFFFFFF``
+  row. Compiled or numpy, as :mod:`~transforms.kernels.dispatch` picks.
+  """
+  kernels = dispatch.compiled_kernels(len(shingles) * k)
+  if kernels is not None:
+    kernels.sketch_rows(shingles, offsets, 0, np.uint64(seed), oph, a, b,
+                        *oph_keys(seed), out)
+    return
+  out[:] = 0xFFFFFFFF
+  sizes = np.diff(offsets)
+  filled = np.flatnonzero(sizes > 0)
+  if not len(filled):
+    return
+  doc = np.repeat(np.arange(len(sizes)), sizes)
+  if oph:
+    _oph_rows(shingles, doc, filled, k, seed, out)
+  else:
+    _classic_rows(shingles, offsets, filled, a, b, out)
+
+
+def _classic_rows(shingles, offsets, filled, a, b, out):
+  """The numpy classic sketch: per-document minima of ``(a x32 + b) >> 32``
+  over chunks of documents, the matrix at most ``_PURE_CHUNK`` entries."""
+  per_chunk = max(1, _PURE_CHUNK // max(1, len(a)))
+  lo = 0
+  while lo < len(filled):
+    # Documents filled[lo:hi] own shingles[first:last].
+    hi = lo + 1
+    while (hi < len(filled) and offsets[filled[hi] + 1] - offsets[filled[lo]]
+           <= per_chunk):
+      hi += 1
+    first, last = offsets[filled[lo]], offsets[filled[hi - 1] + 1]
+    x = shingles[first:last] & _MASK32
+    with np.errstate(over="ignore"):
+      h = (x[:, None] * a[None, :] + b[None, :]) >> np.uint64(32)
+    starts = offsets[filled[lo:hi]] - first
+    out[filled[lo:hi]] = np.minimum.reduceat(h, starts, axis=0)
+    lo = hi
+
+
+def _oph_rows(shingles, doc, filled, k, seed, out):
+  """The numpy OPH sketch: bins keep their minimum, then every empty bin of
+  a non-empty document walks its probe sequence (``_probe_bins``) until it
+  reaches a non-empty bin, all empty bins one probe at a time."""
+  oph_key, probe_key = oph_keys(seed)
+  with np.errstate(over="ignore"):
+    h = fmix64(shingles ^ oph_key)
+    slot = (((h >> np.uint64(32)) * np.uint64(k)) >> np.uint64(32)).astype(
+        np.int64)
+  rows = np.full((len(out), k), _EMPTY, dtype=np.uint64)
+  np.minimum.at(rows, (doc, slot), h & _MASK32)
+  rows = rows[filled]
+  empty_doc, empty_bin = np.nonzero(rows == _EMPTY)
+  found = rows.copy()
+  attempt = 1
+  while len(empty_doc):
+    source = _probe_bins(probe_key, empty_bin, attempt, k)
+    value = rows[empty_doc, source]
+    hit = value != _EMPTY
+    found[empty_doc[hit], empty_bin[hit]] = value[hit]
+    empty_doc, empty_bin = empty_doc[~hit], empty_bin[~hit]
+    attempt += 1
+  out[filled] = found
+
+
+def _probe_bins(probe_key, bins, attempt, k):
+  """p(i, attempt) of every bin i: the bin it tries at that attempt."""
+  with np.errstate(over="ignore"):
+    h = fmix64(probe_key ^ ((bins.astype(np.uint64) << np.uint64(32))
+                            | np.uint64(attempt)))
+    return (((h >> np.uint64(32)) * np.uint64(k)) >> np.uint64(32)).astype(
+        np.int64)
 
 
 def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:

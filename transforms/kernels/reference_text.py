@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from transforms.kernels import compiled
 from transforms.kernels.hashing import GOLDEN, fmix64
 
 SHINGLE_SCHEME = "xxh3-fold-fmix64-v1"
@@ -33,6 +32,8 @@ SHINGLE_SCHEME = "xxh3-fold-fmix64-v1"
 _NOT_WORD = r"[^\p{L}\p{M}\p{N}]+"
 _SPACE = r"[\s\p{Z}\p{Cc}]+"
 _DIGIT = r"\p{Nd}"
+# Bits of the per-code-point property table (see codepoint_tables).
+KNOWN, WORD, SPACE, DIGIT, STABLE = 1, 2, 4, 8, 16
 
 
 def normalize_texts(texts: Sequence[Optional[str]], *, nfkc: bool = True,
@@ -103,10 +104,10 @@ def learn_codepoints(codepoints: np.ndarray) -> None:
                  if len(low) == 1]
       if len(lowered) != len(chars):
         raise RuntimeError("pyarrow's utf8_lower maps a code point to several")
-      props = np.full(len(todo), compiled.KNOWN, dtype=np.uint8)
-      flags = {compiled.WORD: pc.invert(pc.match_substring_regex(arr, _NOT_WORD)),
-               compiled.SPACE: pc.match_substring_regex(arr, _SPACE),
-               compiled.DIGIT: pc.match_substring_regex(arr, _DIGIT)}
+      props = np.full(len(todo), KNOWN, dtype=np.uint8)
+      flags = {WORD: pc.invert(pc.match_substring_regex(arr, _NOT_WORD)),
+               SPACE: pc.match_substring_regex(arr, _SPACE),
+               DIGIT: pc.match_substring_regex(arr, _DIGIT)}
       for bit, flag in flags.items():
         props[flag.to_numpy(zero_copy_only=False)] |= bit
       # NFKC is the identity on ASCII, and ASCII never composes.
@@ -115,7 +116,7 @@ def learn_codepoints(codepoints: np.ndarray) -> None:
                              and not unicodedata.combining(ch)
                              and c not in seconds)
                 for c, ch in zip(todo.tolist(), chars)]
-      props[np.array(stable, dtype=bool)] |= compiled.STABLE
+      props[np.array(stable, dtype=bool)] |= STABLE
       # KNOWN goes in last: compiled readers in other threads trust an entry
       # once they see it.
       _LOWER[todo] = lowered
@@ -126,7 +127,7 @@ def learn_codepoints(codepoints: np.ndarray) -> None:
 def _unknown(codepoints) -> np.ndarray:
   """The distinct code points that the tables do not know yet, sorted."""
   codepoints = np.unique(np.asarray(codepoints, dtype=np.int64))
-  return codepoints[(_PROPS[codepoints] & compiled.KNOWN) == 0]
+  return codepoints[(_PROPS[codepoints] & KNOWN) == 0]
 
 
 def _composition_seconds() -> frozenset:
