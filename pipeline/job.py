@@ -93,7 +93,8 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
              | "WriteResults" >> WriteResults(output, id_field,
                                               output_options,
                                               indexed=indexed_paths))
-  counts = ((read["counts"], dedup["counts"], written)
+  # The one Flatten of every step's counts (see transforms.metrics.Count).
+  counts = ((*read["counts"], *dedup["counts"], written)
             | "AllCounts" >> beam.Flatten())
   # Output options only when set, so default runs' stats stay as they were.
   params = dict(effective_params(config, input_format, text_field, id_field),

@@ -131,6 +131,7 @@ def test_large_buckets_collapse_identical_signatures_and_use_hubs():
         lambda kv: (kv[1].cluster_id, kv[1].cluster_size)),
                 equal_to([(0, len(texts))] * len(texts)), label="Clusters")
     counts = (out["counts"]
+              | beam.Flatten()
               | beam.Filter(lambda kv: kv[0] in ("candidate_edges",
                                                  "buckets_large"))
               | beam.CombinePerKey(sum)

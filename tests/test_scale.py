@@ -33,7 +33,7 @@ def test_one_hot_bucket_of_identical_documents():
                                       int(kv[1].kept)))
                | beam.combiners.Count.PerElement())
     assert_that(summary, equal_to([((0, n, 1), 1), ((0, n, 0), n - 1)]))
-    edges = (out["counts"] | beam.Filter(
+    edges = (out["counts"] | beam.Flatten() | beam.Filter(
         lambda kv: kv[0] in ("candidate_edges", "verified_edges",
                              "graph_edges", "buckets_large"))
              | beam.CombinePerKey(sum))
@@ -69,6 +69,7 @@ def test_big_bucket_of_distinct_near_copies_costs_k_times_hubs():
     assert_that(sizes, equal_to([n]))
     bound = config.bands * n * config.bucket_hubs
     pairs = (out["counts"]
+             | beam.Flatten()
              | beam.Filter(lambda kv: kv[0] == "candidate_edges")
              | beam.CombinePerKey(sum)
              | beam.Map(lambda kv: kv[1] <= bound))

@@ -34,8 +34,10 @@ def pipeline():
 
 
 def by_stat(counts, label="Stats"):
-  """Summed counts, without the run-dependent worker_ms_* timings."""
+  """Summed counts (a composite's tuple of them), without the run-dependent
+  worker_ms_* timings."""
   return (counts
+          | f"{label}Flatten" >> beam.Flatten()
           | f"{label}NoTimings" >> beam.Filter(
               lambda kv: not metrics.is_timing(kv[0]))
           | f"{label}Sum" >> beam.CombinePerKey(sum))

@@ -45,7 +45,7 @@ class BandKey(beam.PTransform):
   def expand(self, signature_batches):
     out = signature_batches | "ComputeBandKeys" >> beam.ParDo(
         _BandKeyFn(self._config)).with_outputs(metrics.COUNTS, main="keys")
-    return {"keys": out.keys, "counts": out[metrics.COUNTS]}
+    return {"keys": out.keys, "counts": (out[metrics.COUNTS],)}
 
 
 @beam.typehints.with_output_types(Tuple[int, KeyShard])

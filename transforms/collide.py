@@ -61,9 +61,8 @@ class FindCandidates(beam.PTransform):
                 | "GroupEdges" >> beam.GroupByKey()
                 | "DistinctEdges" >> beam.ParDo(_DistinctFn()).with_outputs(
                     metrics.COUNTS, main="edges"))
-    counts = ((found[metrics.COUNTS], distinct[metrics.COUNTS])
-              | "FlattenCounts" >> beam.Flatten())
-    return {"edges": distinct.edges, "counts": counts}
+    return {"edges": distinct.edges,
+            "counts": (found[metrics.COUNTS], distinct[metrics.COUNTS])}
 
 
 @beam.typehints.with_output_types(Tuple[int, EdgeBatch])

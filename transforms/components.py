@@ -106,9 +106,7 @@ class ConnectedComponents(beam.PTransform):
       current = small.edges
     labels, resolved_counts = current | "ResolveResidual" >> _Resolve(
         s, self._max_residual_edges)
-    counts.append(resolved_counts)
-    return {"labels": labels,
-            "counts": counts | "FlattenCounts" >> beam.Flatten()}
+    return {"labels": labels, "counts": (*counts, *resolved_counts)}
 
 
 def _keyed(shard, a, b):
@@ -197,7 +195,8 @@ class _SmallStarFn(_StarFn):
 
 
 class _Resolve(beam.PTransform):
-  """Labels from the final (child, parent) edges, exactly.
+  """Labels from the final (child, parent) edges, exactly; returns
+  ``(labels, counts)``.
 
   Settled nodes take their parent (or themselves, for roots); edges touching
   an unsettled node go to one union-find, whose labels then override those of
@@ -230,9 +229,7 @@ class _Resolve(beam.PTransform):
               | "JoinByShard" >> JoinByKey()
               | "Label" >> beam.FlatMap(_final_labels).with_output_types(
                   _Keyed))
-    counts = ((classified[metrics.COUNTS], uf[metrics.COUNTS])
-              | "FlattenCounts" >> beam.Flatten())
-    return labels, counts
+    return labels, (classified[metrics.COUNTS], uf[metrics.COUNTS])
 
 
 @beam.typehints.with_output_types(_Keyed)

@@ -69,8 +69,7 @@ class ExplainClusters(beam.PTransform):
                  .with_output_types(Clustered)
                  .with_outputs(metrics.COUNTS, main="clusters"))
     return {"clusters": explained.clusters,
-            "counts": (served["counts"], explained[metrics.COUNTS])
-                      | "FlattenCounts" >> beam.Flatten()}
+            "counts": (*served["counts"], explained[metrics.COUNTS])}
 
 
 _ASKED, _KEPT = "asked", "kept"

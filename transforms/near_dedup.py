@@ -26,9 +26,10 @@ class NearDedup(beam.PTransform):
   Exactly one document per cluster is the kept one (``kept_doc_id``); every
   other member carries its explanation (matched document, exact Jaccard to
   it and to the kept one) and is removed (``kept=False``) unless the chain
-  guard keeps it. ``counts``: ``(stat, n)`` elements for the run's
-  statistics. Doc ids must be unique ints; with the default keep policy the
-  lowest id of a cluster is kept.
+  guard keeps it. ``counts``: a tuple of PCollections of ``(stat, n)``
+  elements for the run's statistics, to flatten where they are summed. Doc
+  ids must be unique ints; with the default keep policy the lowest id of a
+  cluster is kept.
 
   Texts are needed for exact verification and for the explanations: they
   come from ``texts`` when given (e.g.
@@ -74,7 +75,7 @@ class NearDedup(beam.PTransform):
                   | "WithIndexedSignatures" >> beam.Flatten())
     first_new_id = None if index is None else index.first_new_id
     found = keys | "FindCandidates" >> FindCandidates(c, first_new_id)
-    counts = [signed["counts"], keyed["counts"], found["counts"]]
+    counts = (*signed["counts"], *keyed["counts"], *found["counts"])
     edges = found["edges"]
     if c.verify == "none":
       verified = edges | "KeepAllCandidates" >> ReduceUnverified()
@@ -84,7 +85,7 @@ class NearDedup(beam.PTransform):
     else:
       verified = ({"edges": edges, "signatures": compared}
                   | "VerifyEdges" >> VerifyEdges(c))
-    counts.append(verified["counts"])
+    counts += verified["counts"]
     components = (verified["edges"]
                   | "ConnectedComponents" >> ConnectedComponents(
                       c.max_cc_rounds, c.max_residual_edges))
@@ -105,10 +106,9 @@ class NearDedup(beam.PTransform):
                   "edges": verified["edges"], "docs": docs}
                  | "ExplainClusters" >> ExplainClusters(
                      c, self._explain_texts or self._texts))
-    counts += [components["counts"], selected["counts"],
-               explained["counts"]]
-    return {"clusters": explained["clusters"],
-            "counts": counts | "FlattenCounts" >> beam.Flatten(),
+    counts += (*components["counts"], *selected["counts"],
+               *explained["counts"])
+    return {"clusters": explained["clusters"], "counts": counts,
             "signatures": signatures, "keys": keyed["keys"]}
 
 

@@ -233,7 +233,8 @@ class ReadDocuments(beam.PTransform):
   * ``rejected``: :class:`Rejected` for malformed JSON, a missing or non-string
     text field, invalid UTF-8 and a JSONL line that is blank.
   * ``files``: :class:`InputFile` per matched file (the manifest).
-  * ``counts``: ``("docs_in", n)`` per file: documents plus rejections.
+  * ``counts``: a tuple of PCollections of ``("docs_in", n)`` per file:
+    documents plus rejections.
 
   Text files: one document per line (blank lines are empty documents).
   Compression is detected from the file extension. Parquet and Arrow IPC
@@ -284,7 +285,7 @@ class ReadDocuments(beam.PTransform):
         "batches": read.batches,
         "rejected": read.rejected,
         "files": files,
-        "counts": read[metrics.COUNTS],
+        "counts": (read[metrics.COUNTS],),
     }
 
 

@@ -122,7 +122,8 @@ class SelectKept(beam.PTransform):
               | "ChooseKept" >> beam.ParDo(
                   _ChooseFn(self._first_new_id, self._shards)).with_outputs(
                   metrics.COUNTS, main="clusters"))
-    return {"clusters": chosen.clusters, "counts": chosen[metrics.COUNTS]}
+    return {"clusters": chosen.clusters,
+            "counts": (chosen[metrics.COUNTS],)}
 
 
 def _node_labels(element):

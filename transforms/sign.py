@@ -210,4 +210,4 @@ class ComputeSignatures(beam.PTransform):
   def expand(self, pcoll):
     out = pcoll | "SignatureBatches" >> _Batched(
         _SignatureFn(self._config), with_counts=True, batched=self._batched)
-    return {"signatures": out["main"], "counts": out[metrics.COUNTS]}
+    return {"signatures": out["main"], "counts": (out[metrics.COUNTS],)}

@@ -70,8 +70,8 @@ class VerifyEdges(beam.PTransform):
                 | "CompareSignatures" >> _Compare(
                     _SignatureCompareFn(self._config)))
     return {"edges": compared["edges"],
-            "counts": (routed[metrics.COUNTS], served["counts"],
-                       compared["counts"]) | "FlattenCounts" >> beam.Flatten()}
+            "counts": (routed[metrics.COUNTS], *served["counts"],
+                       *compared["counts"])}
 
 
 class VerifyExact(beam.PTransform):
@@ -110,8 +110,7 @@ class VerifyExact(beam.PTransform):
                 | "CompareShingleSets" >> _Compare(
                     _ExactCompareFn(self._config)))
     return {"edges": compared["edges"],
-            "counts": (served["counts"], compared["counts"])
-                      | "FlattenCounts" >> beam.Flatten()}
+            "counts": (*served["counts"], *compared["counts"])}
 
 
 class ServeTextsFromFiles(beam.PTransform):
@@ -148,7 +147,7 @@ class ServeTextsFromFiles(beam.PTransform):
                   _ReadCandidatesFn(self._text_field,
                                     self._id_field)).with_outputs(
                       metrics.COUNTS, main="values"))
-    return {"values": served.values, "counts": served[metrics.COUNTS]}
+    return {"values": served.values, "counts": (served[metrics.COUNTS],)}
 
 
 def serve_texts(texts, docs, requests, num_shards: int):
@@ -178,8 +177,7 @@ class ServeTextsFromDocs(beam.PTransform):
     served = ({"values": routed.values, "edges": inputs["edges"]}
               | "Serve" >> _Serve(self._num_shards))
     return {"values": served["values"],
-            "counts": (routed[metrics.COUNTS], served["counts"])
-                      | "FlattenCounts" >> beam.Flatten()}
+            "counts": (routed[metrics.COUNTS], *served["counts"])}
 
 
 def _text_batch(batch):
@@ -229,7 +227,7 @@ class _Serve(beam.PTransform):
               | "JoinValues" >> JoinByKey()
               | "ServeValues" >> beam.ParDo(_ServeFn()).with_outputs(
                   metrics.COUNTS, main="values"))
-    return {"values": served.values, "counts": served[metrics.COUNTS]}
+    return {"values": served.values, "counts": (served[metrics.COUNTS],)}
 
 
 def _endpoints(element):
@@ -341,7 +339,7 @@ class _Compare(beam.PTransform):
                 | "GroupEdgeEnds" >> JoinByKey()
                 | "Compare" >> beam.ParDo(self._fn).with_outputs(
                     metrics.COUNTS, main="edges"))
-    return {"edges": compared.edges, "counts": compared[metrics.COUNTS]}
+    return {"edges": compared.edges, "counts": (compared[metrics.COUNTS],)}
 
 
 @beam.typehints.with_output_types(Tuple[int, VerifiedEdges])
@@ -439,7 +437,7 @@ class ReduceUnverified(beam.PTransform):
   def expand(self, edges):
     out = edges | "SpanningForest" >> beam.ParDo(
         _ReduceFn()).with_outputs(metrics.COUNTS, main="edges")
-    return {"edges": out.edges, "counts": out[metrics.COUNTS]}
+    return {"edges": out.edges, "counts": (out[metrics.COUNTS],)}
 
 
 @beam.typehints.with_output_types(Tuple[int, VerifiedEdges])
