@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 
 import apache_beam as beam
 import pytest
@@ -203,28 +204,53 @@ def test_a_run_from_a_config_file_records_its_effective_config(
       f"writing: {stats['docs_in']:,} documents in total")
 
 
-def test_the_command_tunes_the_collector_and_main_leaves_it_be(monkeypatch,
-                                                               capsys):
+def test_the_command_tunes_the_collector_and_blocks_ipython_main_does_not(
+    monkeypatch, capsys):
   thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
-  assert cli.main(["--help"]) == 0
-  capsys.readouterr()
-  assert (gc.get_threshold(), gc.get_freeze_count()) == (thresholds, frozen)
+  ipython = sys.modules.pop("IPython", None)
   seen = {}
 
   def fake_main():
     seen["thresholds"] = gc.get_threshold()
     seen["frozen"] = gc.get_freeze_count()
+    seen["ipython"] = sys.modules.get("IPython", "absent")
     return 3
 
-  monkeypatch.setattr(cli, "main", fake_main)
   try:
+    assert cli.main(["--help"]) == 0
+    capsys.readouterr()
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (thresholds, frozen)
+    assert "IPython" not in sys.modules
+    monkeypatch.setattr(cli, "main", fake_main)
     assert cli.run() == 3
     assert seen["thresholds"] == cli.GC_THRESHOLDS
     assert seen["frozen"] > frozen
+    assert seen["ipython"] is None
+    # In an IPython session (IPython imported), the import is left alone.
+    session = sys.modules["IPython"] = types.ModuleType("IPython")
+    assert cli.run() == 3
+    assert seen["ipython"] is session
   finally:
     gc.unfreeze()
     gc.set_threshold(*thresholds)
+    sys.modules.pop("IPython", None)
+    if ipython is not None:
+      sys.modules["IPython"] = ipython
   assert gc.get_threshold() == thresholds
+
+
+@pytest.mark.e2e
+def test_the_command_does_not_import_ipython(tmp_path):
+  # python -m pipeline, with a check of sys.modules at exit.
+  check = ("import atexit, runpy, sys; atexit.register(lambda: print("
+           "'IPython imported:', sys.modules.get('IPython') is not None)); "
+           "runpy.run_module('pipeline', run_name='__main__', alter_sys=True)")
+  proc = subprocess.run(
+      [sys.executable, "-c", check, "--input", SAMPLE, "--output",
+       str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
+      timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines()[-1] == "IPython imported: False"
 
 
 
