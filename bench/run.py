@@ -69,6 +69,9 @@ SIZES = {
 # Local runners compared on the seed-style corpus at runners_tiny, e2e_seed
 # and scale documents (the last two reuse the default runner's run).
 LOCAL_RUNNERS = ("FnApiRunner", "PrismRunner")
+# A tiny run lasts a few seconds, so one noisy run decides its target: the
+# median of this many runs is its figure (all of them are kept).
+TINY_RUNS = 5
 TARGET_E2E_DOCS = 100_000
 TARGET_SCALE_DOCS = 1_000_000
 # Shuffle bytes per document at 100k seed-style when issue 12 was filed: the
@@ -242,10 +245,24 @@ def compare_runners(runner: Runner, names: str, sizes: dict, e2e_rows,
       spec = {"kind": "clusters", "system": "ours", "docs": sizes[key],
               "corpus": corpus(key, "seed-style"),
               "params": params["seed-style"]}
-      rows.append(dict(runner.pipeline(
-          spec, os.path.join(workdir, f"{key}-{name}-out"), runner=name),
-                       corpus="seed-style"))
+      out_dir = os.path.join(workdir, f"{key}-{name}-out")
+      runs = [runner.pipeline(spec, out_dir, runner=name)
+              for _ in range(TINY_RUNS if key == "runners_tiny" else 1)]
+      rows.append(dict(median_run(runs), corpus="seed-style"))
   return rows
+
+
+def median_run(runs: List[dict]) -> dict:
+  """The run of median wall time (the first failed one, if any failed),
+  with every run's seconds as ``seconds_runs`` when there are several."""
+  failed = [r for r in runs if "seconds" not in r]
+  if failed:
+    return failed[0]
+  ordered = sorted(runs, key=lambda r: r["seconds"])
+  middle = dict(ordered[(len(ordered) - 1) // 2])
+  if len(runs) > 1:
+    middle["seconds_runs"] = [round(r["seconds"], 3) for r in runs]
+  return middle
 
 
 # ----------------------------------------------------------------- report
@@ -388,7 +405,8 @@ def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes
 
   tiny = _find(runner_rows, runner=DEFAULT_RUNNER, docs=sizes["runners_tiny"])
   add("12.1", f"a {sizes['runners_tiny']:,}-document run <= 3 s wall"
-      f" ({DEFAULT_RUNNER})", tiny and round(tiny["seconds"], 2),
+      f" ({DEFAULT_RUNNER}, median of {TINY_RUNS} runs)",
+      tiny and round(tiny["seconds"], 2),
       tiny and tiny["seconds"] <= 3.0, "" if tiny else "not measured")
   n = sizes["e2e_seed"]
   ours = _find(e2e, corpus="seed-style", system="ours", docs=n)
@@ -509,8 +527,10 @@ def markdown(results: dict) -> str:
                      f" {r['error'].strip().splitlines()[-1][:120]} | | |")
         continue
       ratio = (r["seconds"] / base[r["docs"]] if r["docs"] in base else None)
+      runs = (f" (median of {', '.join(_fmt(x) for x in r['seconds_runs'])})"
+              if r.get("seconds_runs") else "")
       lines.append(f"| {r['runner']} | {_fmt(r['docs'])} |"
-                   f" {_fmt(r['seconds'])} |"
+                   f" {_fmt(r['seconds'])}{runs} |"
                    f" {_fmt(r.get('tree_peak_rss_mb'), 0)} | {_fmt(ratio)} |")
   lines += ["", "Targets (issues 3 and 12):", ""]
   for t in results["targets"]:

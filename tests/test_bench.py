@@ -154,6 +154,16 @@ def test_issue_12_targets_compare_with_rensa_at_both_sizes():
   assert got["12.3a"] == "FAIL"
 
 
+def test_a_tiny_run_counts_its_median_of_several():
+  runs = [{"seconds": s, "docs": 20} for s in (3.4, 2.1, 9.0, 2.5, 2.2)]
+  got = run.median_run(runs)
+  assert got["seconds"] == 2.5 and got["seconds_runs"] == [3.4, 2.1, 9.0,
+                                                           2.5, 2.2]
+  assert "seconds_runs" not in run.median_run(runs[:1])
+  failed = {"docs": 20, "error": "pipeline exited with 1"}
+  assert run.median_run(runs[:2] + [failed]) == failed
+
+
 def test_measurement_child_is_pinned_and_reports_its_rss(tmp_path):
   directory = str(tmp_path / "c")
   corpora.write(corpora.seed_style(200, seed=2), directory)
