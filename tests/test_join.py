@@ -16,7 +16,10 @@ from transforms import metrics
 from transforms.config import DedupConfig
 from transforms.elements import EdgeBatch
 from transforms.join import JoinByKey
-from transforms.select import ClusterInfo, ClusterInfoCoder
+from transforms.select import (ClusterColumns, ClusterInfo, ClusterInfoCoder,
+                               cluster_columns, cluster_rows)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _canonical(element):
@@ -80,6 +83,28 @@ def test_cluster_info_coder_round_trips_every_field():
     assert repr(decoded) == repr(info)  # NaN != NaN, but reprs match
   assert beam.coders.registry.get_coder(ClusterInfo) == coder
   assert len(coder.encode(ClusterInfo(1, 2, False, 1, 1, "x", 0.9, 0.9))) < 60
+
+
+_MAYBE_ID = st.one_of(st.none(), st.integers(0, 2**60))
+_MAYBE_SIM = st.one_of(st.none(), st.floats(allow_nan=True,
+                                            allow_infinity=False))
+_INFO = st.builds(ClusterInfo, st.integers(0, 2**60), st.integers(2, 10**6),
+                  st.booleans(), _MAYBE_ID, _MAYBE_ID,
+                  st.one_of(st.none(), st.integers(), st.text(max_size=8),
+                            st.lists(st.integers(), max_size=3)),
+                  _MAYBE_SIM, _MAYBE_SIM, st.booleans())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**62), _INFO), max_size=30))
+def test_cluster_columns_give_back_the_rows_through_their_coder(rows):
+  coder = beam.coders.registry.get_coder(ClusterColumns)
+  decoded = coder.decode(coder.encode(cluster_columns(rows)))
+  back = list(cluster_rows(decoded))
+  assert all(type(info) is ClusterInfo for _, info in back)
+  assert repr(back) == repr(rows)  # NaN != NaN, but reprs match
+  for (_, got), (_, want) in zip(back, rows):
+    assert [type(v) for v in got] == [type(v) for v in want]
 
 
 def test_every_join_of_the_job_shares_one_compiled_coder():

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
 
 from transforms import metrics
-from transforms.elements import (BatchByShard, ClusterBatch, ElementCoder,
-                                 MemberBatch, RouteByShard, ShardOutputs)
+from transforms.elements import (ArraysCoder, BatchByShard, ClusterBatch,
+                                 ElementCoder, MemberBatch, RouteByShard,
+                                 ShardOutputs)
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -63,6 +64,115 @@ class ClusterInfoCoder(ElementCoder):
 
 beam.coders.registry.register_coder(ClusterInfo, ClusterInfoCoder)
 Clustered = Tuple[int, ClusterInfo]
+
+
+class _ClusterArrays(NamedTuple):
+  """The numeric columns of :class:`ClusterColumns`."""
+  doc_ids: np.ndarray
+  cluster_ids: np.ndarray
+  cluster_sizes: np.ndarray
+  kept: np.ndarray
+  kept_doc_ids: np.ndarray
+  matched_doc_ids: np.ndarray
+  matched_jaccards: np.ndarray
+  jaccards_to_kept: np.ndarray
+  chain_kept: np.ndarray
+  known: np.ndarray
+
+
+# Bits of ClusterColumns.known: which optional fields of a row are not None.
+_OPTIONAL = ("kept_doc_id", "matched_doc_id", "matched_jaccard",
+             "jaccard_to_kept")
+
+
+class ClusterColumns(NamedTuple):
+  """Clustered documents' ``(doc_id, ClusterInfo)`` rows as columns: a
+  file's rows of one bundle on their way to the writer, one element
+  instead of one per document. ``arrays`` holds the numeric fields (None
+  as a cleared bit of ``known``), ``matched_ids`` the user ids (any JSON
+  value). :func:`cluster_columns` and :func:`cluster_rows` convert, and
+  the rows come back equal."""
+  arrays: _ClusterArrays
+  matched_ids: List[Any]
+
+
+def cluster_columns(rows: Sequence[Clustered]) -> ClusterColumns:
+  """The rows ``(doc_id, ClusterInfo)`` as one :class:`ClusterColumns`."""
+  n = len(rows)
+  docs, infos = zip(*rows) if n else ((), ())
+  fields = dict(zip(ClusterInfo._fields, zip(*infos))) if n else {
+      name: () for name in ClusterInfo._fields}
+  known = np.zeros(n, dtype=np.uint8)
+  optional = []
+  for bit, name in enumerate(_OPTIONAL):
+    values = fields[name]
+    missing = [i for i, v in enumerate(values) if v is None]
+    if missing:
+      values = list(values)
+      for i in missing:
+        values[i] = 0
+    known |= np.uint8(1 << bit)
+    known[missing] &= np.uint8(~(1 << bit) & 0xFF)
+    optional.append(values)
+  kept_docs, matched_docs, matched_jaccards, to_kept = optional
+  arrays = _ClusterArrays(
+      np.array(docs, dtype=np.int64),
+      np.array(fields["cluster_id"], dtype=np.int64),
+      np.array(fields["cluster_size"], dtype=np.int64),
+      np.array(fields["kept"], dtype=bool),
+      np.array(kept_docs, dtype=np.int64),
+      np.array(matched_docs, dtype=np.int64),
+      np.array(matched_jaccards, dtype=np.float64),
+      np.array(to_kept, dtype=np.float64),
+      np.array(fields["chain_kept"], dtype=bool), known)
+  return ClusterColumns(arrays, list(fields["matched_id"]))
+
+
+def cluster_rows(columns: ClusterColumns) -> Iterator[Clustered]:
+  """The ``(doc_id, ClusterInfo)`` rows of :func:`cluster_columns`."""
+  a = columns.arrays
+  optional = []
+  for bit, values in enumerate((a.kept_doc_ids, a.matched_doc_ids,
+                                a.matched_jaccards, a.jaccards_to_kept)):
+    values = values.tolist()
+    for i in np.flatnonzero((a.known >> bit & 1) == 0).tolist():
+      values[i] = None
+    optional.append(values)
+  kept_docs, matched_docs, matched_jaccards, to_kept = optional
+  infos = map(ClusterInfo, a.cluster_ids.tolist(), a.cluster_sizes.tolist(),
+              a.kept.tolist(), kept_docs, matched_docs, columns.matched_ids,
+              matched_jaccards, to_kept, a.chain_kept.tolist())
+  return zip(a.doc_ids.tolist(), infos)
+
+
+class _ClusterArraysCoder(ArraysCoder):
+  TYPE = _ClusterArrays
+
+
+class ClusterColumnsCoder(ElementCoder):
+  """:class:`ClusterColumns` as its arrays' bytes (:class:`ArraysCoder`),
+  then the user ids with Beam's ``FastPrimitivesCoder`` (JSON values, no
+  pickling). Not a grouping key."""
+
+  TYPE = ClusterColumns
+  DETERMINISTIC = False
+
+  def __init__(self):
+    self._arrays = _ClusterArraysCoder()
+    self._ids = beam.coders.FastPrimitivesCoder()
+
+  def encode(self, value: ClusterColumns) -> bytes:
+    arrays = self._arrays.encode(value.arrays)
+    return b"".join([len(arrays).to_bytes(8, "little"), arrays,
+                     self._ids.encode(value.matched_ids)])
+
+  def decode(self, encoded: bytes) -> ClusterColumns:
+    n = int.from_bytes(encoded[:8], "little")
+    return ClusterColumns(self._arrays.decode(encoded[8:8 + n]),
+                          self._ids.decode(encoded[8 + n:]))
+
+
+beam.coders.registry.register_coder(ClusterColumns, ClusterColumnsCoder)
 
 
 class SelectKept(beam.PTransform):

@@ -17,7 +17,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms import annotate, metrics
 from transforms.join import JoinByKey
-from transforms.select import Clustered
+from transforms.select import ClusterColumns, cluster_columns, cluster_rows
 from transforms.stats import finalize_stats
 from transforms.read import (ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
                              InputChangedError, check_unchanged,
@@ -125,11 +125,11 @@ class WriteResults(beam.PTransform):
     return written[metrics.COUNTS]
 
 
-@beam.typehints.with_output_types(Tuple[int, List[Clustered]])
+@beam.typehints.with_output_types(Tuple[int, ClusterColumns])
 class _ClustersByFileFn(beam.DoFn):
-  """``(doc_id, ClusterInfo)`` → ``(file index, rows)``: one list per file
-  and bundle (of at most ``max_rows``), so the rows cross the shuffle as a
-  few large elements instead of one each."""
+  """``(doc_id, ClusterInfo)`` → ``(file index, ClusterColumns)``: one
+  batch of columns per file and bundle (of at most ``max_rows``), so the
+  rows cross the shuffle as a few large elements instead of one each."""
 
   def __init__(self, max_rows: int = 1 << 16):
     self._max_rows = max_rows
@@ -149,7 +149,8 @@ class _ClustersByFileFn(beam.DoFn):
 
   def _take(self):
     rows, self._rows, self._held = self._rows, {}, 0
-    return sorted(rows.items())
+    return [(index, cluster_columns(file_rows))
+            for index, file_rows in sorted(rows.items())]
 
 
 class _Part:
@@ -202,8 +203,8 @@ class _WriteFileFn(metrics.MeteredDoFn):
     source = next(iter(grouped["file"]))
     check_unchanged(source)
     parts: Dict[int, _Part] = {}
-    for rows in grouped["cluster"]:
-      for doc_id, info in rows:
+    for columns in grouped["cluster"]:
+      for doc_id, info in cluster_rows(columns):
         row = split_doc_id(doc_id)[1]
         parts.setdefault(row >> PART_ROW_BITS, _Part()).clusters[row] = info
     received = 0
