@@ -6,6 +6,7 @@ from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.typehints.native_type_compatibility import (
@@ -52,6 +53,23 @@ def test_join_groups_every_tag_per_key_with_empty_lists_where_absent():
              "plain": [("x", 1.5), ("y", None)]}),
         (11, {"info": [], "edges": [], "plain": [[1, 2]]}),
     ]))
+
+
+def test_join_keys_plain_inputs_by_their_key_function():
+  info = ClusterInfo(4, 2, False, 4, 4, "doc-4", 0.75, 0.75, False)
+  with TestPipeline("FnApiRunner") as p:
+    infos = p | "Infos" >> beam.Create([info, ClusterInfo(9, 2, True, 9)
+                                        ]).with_output_types(ClusterInfo)
+    plain = p | "Plain" >> beam.Create([(9, "x")])
+    joined = ({"info": infos, "plain": plain}
+              | JoinByKey(key_by={"info": lambda i: i.cluster_id})
+              | beam.Map(lambda e: (e[0], dict(e[1]))))
+    assert_that(joined, equal_to([
+        (4, {"info": [info], "plain": []}),
+        (9, {"info": [ClusterInfo(9, 2, True, 9)], "plain": ["x"]})]))
+  with pytest.raises(ValueError, match="key_by names no input"):
+    with TestPipeline("FnApiRunner") as p:
+      _ = {"a": p | beam.Create([(1, 2)])} | JoinByKey(key_by={"b": int})
 
 
 def test_join_values_keep_their_types():

@@ -234,9 +234,13 @@ def test_summary_of_clusters_matches_a_direct_computation(seed):
   rows, expected = _cluster_rows(seed, threshold=0.5)
   assert expected.chains and len(expected.largest) == LARGEST_CLUSTERS
   with TestPipeline() as p:
-    summary = (p | beam.Create(rows, reshuffle=True)
-               | SummarizeClusters(threshold=0.5))
-    assert_that(summary, equal_to([expected]))
+    rows = p | beam.Create(rows, reshuffle=True)
+    assert_that(rows | "Default" >> SummarizeClusters(threshold=0.5),
+                equal_to([expected]), label="Default")
+    # A cluster's rows sent in several lists, from few shards.
+    assert_that(rows | "Small" >> SummarizeClusters(threshold=0.5, shards=3,
+                                                    max_clusters=2),
+                equal_to([expected]), label="Small")
 
 
 def test_summary_of_no_clusters_is_nothing():

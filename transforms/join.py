@@ -22,7 +22,7 @@ pickling fallback (measured at 100k documents: every one of the 44,404
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.typehints import native_type_compatibility, typehints
@@ -41,15 +41,33 @@ class JoinByKey(beam.PTransform):
   (``Tuple[int, V]``: ``V``'s registered coder; otherwise Beam's
   ``FastPrimitivesCoder``), so declare the types of inputs that carry the
   project's named elements.
+
+  Args:
+    key_by: for the tags whose input holds plain values rather than ``(int
+      key, value)`` pairs, the function that gives a value its key; the
+      join's own tag step applies it (a separate keying step would be one
+      more transform for the runner to build, translate and set up).
   """
+
+  def __init__(self, key_by: Optional[Dict[str, Callable[[Any], int]]] = None):
+    super().__init__()
+    self._key_by = dict(key_by or {})
 
   def expand(self, pcolls: Dict[str, beam.PCollection]):
     tags = list(pcolls)
-    hints = [_value_hint(pcolls[tag]) for tag in tags]
+    unknown = sorted(set(self._key_by) - set(tags))
+    if unknown:
+      raise ValueError(f"JoinByKey: key_by names no input: {unknown}")
+    hints = [(native_type_compatibility.convert_to_beam_type(
+        pcolls[tag].element_type) if tag in self._key_by
+              else _value_hint(pcolls[tag])) for tag in tags]
     coders = [beam.coders.registry.get_coder(hint) for hint in hints]
     tagged = [
-        pcolls[tag] | f"Tag[{tag}]" >> beam.Map(
-            _encode, index, coders[index]).with_output_types(_Tagged)
+        pcolls[tag] | f"Tag[{tag}]" >> (
+            beam.Map(_encode_by, index, coders[index], self._key_by[tag])
+            if tag in self._key_by else
+            beam.Map(_encode, index, coders[index])).with_output_types(
+                _Tagged)
         for index, tag in enumerate(tags)]
     return (tagged
             | "Flatten" >> beam.Flatten().with_output_types(_Tagged)
@@ -69,6 +87,10 @@ def _value_hint(pcoll):
 def _encode(element, index: int, coder: beam.coders.Coder):
   key, value = element
   return key, (index, coder.encode(value))
+
+
+def _encode_by(value, index: int, coder: beam.coders.Coder, key):
+  return key(value), (index, coder.encode(value))
 
 
 def _collect(element, tags, coders):

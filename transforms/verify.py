@@ -17,6 +17,7 @@ Every join here is a :class:`~transforms.join.JoinByKey` of a shard's
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Optional, Tuple
 
 import apache_beam as beam
@@ -140,9 +141,9 @@ class ServeTextsFromFiles(beam.PTransform):
 
   def expand(self, edges):
     requests = edges | "RequestByFile" >> beam.ParDo(_RequestByFileFn())
-    files = self._files | "KeyFiles" >> beam.Map(lambda f: (f.index, f))
-    served = ({"file": files, "wants": requests}
-              | "GroupByFile" >> JoinByKey()
+    served = ({"file": self._files, "wants": requests}
+              | "GroupByFile" >> JoinByKey(
+                  key_by={"file": attrgetter("index")})
               | "ReadCandidates" >> beam.ParDo(
                   _ReadCandidatesFn(self._text_field,
                                     self._id_field)).with_outputs(

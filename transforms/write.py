@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+from operator import attrgetter
 from typing import Any, Dict, List, NamedTuple, Tuple
 
 import apache_beam as beam
@@ -109,20 +110,23 @@ class WriteResults(beam.PTransform):
 
   def expand(self, inputs):
     keyed = {
-        "file": inputs["files"] | "KeyFiles" >> beam.Map(
-            lambda f: (f.index, f)),
+        "file": inputs["files"],
         "cluster": inputs["clusters"] | "KeyClusters" >> beam.ParDo(
             _ClustersByFileFn()),
-        "rejected": inputs["rejected"] | "KeyRejected" >> beam.Map(
-            lambda r: (split_doc_id(r.doc_id)[0], r)),
+        "rejected": inputs["rejected"],
     }
     written = (keyed
-               | "GroupByFile" >> JoinByKey()
+               | "GroupByFile" >> JoinByKey(key_by={
+                   "file": attrgetter("index"), "rejected": _rejected_file})
                | "WriteFile" >> beam.ParDo(
                    _WriteFileFn(self._output, self._id_field,
                                 self._options, self._indexed)).with_outputs(
                        metrics.COUNTS))
     return written[metrics.COUNTS]
+
+
+def _rejected_file(rejected) -> int:
+  return split_doc_id(rejected.doc_id)[0]
 
 
 @beam.typehints.with_output_types(Tuple[int, ClusterColumns])
