@@ -428,7 +428,6 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
         attempt += 1
 
 
-
 @numba.njit(cache=True, nogil=True)
 def band_entries(sig, ids, rows, band_starts, digest_start, num_shards):
   """``(keys, ids, digests, bounds)`` of ``lsh.band_entries``: every

@@ -43,8 +43,9 @@ def sorted_sets(values: np.ndarray, offsets: np.ndarray
   if kernels is not None:
     return kernels.sorted_sets(values, offsets)
   doc = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-  order = np.lexsort((values[offsets[0]:offsets[-1]], doc))
-  doc, values = doc[order], values[offsets[0]:offsets[-1]][order]
+  values = values[offsets[0]:offsets[-1]]
+  order = np.lexsort((values, doc))
+  doc, values = doc[order], values[order]
   fresh = np.ones(len(values), dtype=bool)
   fresh[1:] = (values[1:] != values[:-1]) | (doc[1:] != doc[:-1])
   set_offsets = np.zeros(len(offsets), dtype=np.int64)

@@ -254,7 +254,6 @@ def repeated(values: np.ndarray) -> np.ndarray:
   return kernels.occurs_in(values, np.unique(again))
 
 
-
 def run_pairs(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray
               ) -> Tuple[np.ndarray, np.ndarray]:
   """All pairs ``(values[i], values[j])``, i < j, within each run

@@ -140,8 +140,7 @@ def _oph_rows(shingles, doc, filled, k, seed, out):
   oph_key, probe_key = oph_keys(seed)
   with np.errstate(over="ignore"):
     h = fmix64(shingles ^ oph_key)
-    slot = (((h >> np.uint64(32)) * np.uint64(k)) >> np.uint64(32)).astype(
-        np.int64)
+  slot = _bin_of(h, k)
   rows = np.full((len(out), k), _EMPTY, dtype=np.uint64)
   np.minimum.at(rows, (doc, slot), h & _MASK32)
   rows = rows[filled]
@@ -163,8 +162,13 @@ def _probe_bins(probe_key, bins, attempt, k):
   with np.errstate(over="ignore"):
     h = fmix64(probe_key ^ ((bins.astype(np.uint64) << np.uint64(32))
                             | np.uint64(attempt)))
-    return (((h >> np.uint64(32)) * np.uint64(k)) >> np.uint64(32)).astype(
-        np.int64)
+  return _bin_of(h, k)
+
+
+def _bin_of(h, k):
+  """The bin of each 64-bit hash among k: its high 32 bits scaled to k."""
+  return (((h >> np.uint64(32)) * np.uint64(k)) >> np.uint64(32)).astype(
+      np.int64)
 
 
 def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
