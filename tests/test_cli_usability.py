@@ -272,7 +272,11 @@ def test_the_cli_graph_shuffles_its_named_elements_with_their_own_coders():
       kv = context.coders.get_by_id(
           proto.components.pcollections[pcoll].coder_id)
       value_coders[transform.unique_name] = kv.value_coder()
-  for step in ("NearDedup/FindCandidates/GroupByShard",
-               "NearDedup/FindCandidates/GroupEdges"):
-    assert isinstance(value_coders[step], ElementCoder), (
-        step, value_coders[step])
+  step = "NearDedup/FindCandidates/GroupByShard"
+  assert isinstance(value_coders[step], ElementCoder), value_coders[step]
+  # The joins group their values already encoded by each input's coder.
+  for step in ("NearDedup/FindCandidates/JoinDigests/GroupByKey",
+               "NearDedup/FindCandidates/GroupEdges/GroupByKey"):
+    assert value_coders[step] == beam.coders.TupleCoder(
+        [beam.coders.VarIntCoder(), beam.coders.BytesCoder()]), (
+            step, value_coders[step])

@@ -119,7 +119,7 @@ def test_sketches_of_many_documents_are_the_same_on_both_paths(oph,
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 30), st.sampled_from([(16, 4, 4), (8, 3, 2), (5, 5, 1)]),
        st.integers(1, 70), st.integers(0, 2**20))
-def test_band_entries_and_repeated_keys_are_the_same_on_both_paths(
+def test_band_entries_digests_and_repeated_keys_are_the_same_on_both_paths(
     docs, shape, shards, seed):
   width, bands, rows = shape
   rng = np.random.default_rng(seed)
@@ -132,6 +132,7 @@ def test_band_entries_and_repeated_keys_are_the_same_on_both_paths(
   _assert_same([p for _, p in pure], [p for _, p in fast])
   keys = lsh.band_keys(sigs, bands, rows, seed).ravel()
   _assert_same(*_both(lsh.repeated, keys))
+  _assert_same(*_both(lsh.signature_digests, sigs, seed))
 
 
 SETS = st.lists(st.lists(st.integers(0, 40), max_size=25), max_size=15)

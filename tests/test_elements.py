@@ -20,8 +20,7 @@ def test_coders_round_trip_exactly_into_writable_arrays(coder):
   if coder.TYPE is elements.SignatureBatch:
     columns = [columns[1], rng.integers(0, 2**32, (5, 7)).astype(np.uint32)]
   if coder.TYPE is elements.KeyShard:
-    columns = [columns[0], np.array([1 << 41]), np.arange(5, dtype=np.uint32),
-               columns[0]]
+    columns = [columns[0], np.array([1 << 41]), np.arange(5, dtype=np.uint16)]
   value = coder.TYPE(*columns[:len(coder.TYPE._fields)])
   encoded = coder().encode(value)
   decoded = coder().decode(encoded)
@@ -48,9 +47,10 @@ def test_a_coder_refuses_object_arrays_and_trailing_bytes():
 # The main outputs of the stages that carry every document or candidate.
 HOT = ("NearDedup/ComputeSignatures/SignatureBatches/Apply",
        "NearDedup/BandKey/ComputeBandKeys",
+       "NearDedup/BandKey/RouteDigests/DigestSignatures",
        "NearDedup/FindCandidates/GroupByShard",
        "NearDedup/FindCandidates/CollideInShard",
-       "NearDedup/FindCandidates/GroupEdges",
+       "NearDedup/FindCandidates/SignMembers",
        "NearDedup/FindCandidates/DistinctEdges",
        "NearDedup/VerifyExact/CompareShingleSets/Compare",
        "NearDedup/VerifyEdges/CompareSignatures/Compare",
@@ -88,11 +88,29 @@ def _main_output_coders(verify: str, steps) -> dict:
 @pytest.mark.parametrize("verify", ["exact", "signature", "none"])
 def test_hot_path_elements_get_their_deterministic_coders(verify):
   coders = _main_output_coders(verify, HOT)
-  assert len(coders) == 14
+  assert len(coders) == 15
   for label, coder in coders.items():
     assert coder.is_deterministic(), (label, coder)
     assert any(isinstance(c, (elements.ArraysCoder, PairsCoder))
                for c in _components(coder)), (label, coder)
+
+
+def test_large_bucket_members_get_their_coder_into_the_digest_join():
+  p = beam.Pipeline(runner="FnApiRunner")
+  job.build(p, ["in/*.jsonl"], "out", DedupConfig(), run_id="coders")
+  found = {}
+
+  class Visitor(beam.pipeline.PipelineVisitor):
+
+    def visit_transform(self, node):
+      if node.full_label.startswith(
+          "NearDedup/FindCandidates/CollideInShard/"):
+        found.update({tag: beam.coders.registry.get_coder(pc.element_type)
+                      for tag, pc in node.outputs.items()})
+
+  p.visit(Visitor())
+  assert any(isinstance(c, elements.BucketMembersCoder)
+             for c in _components(found["large"])), found
 
 
 def _components(coder):
@@ -133,22 +151,29 @@ def test_read_batches_get_their_coder():
   assert [type(c) for c in found] == [elements.TextBatchCoder]
 
 
-def test_key_shards_hold_ids_as_offsets_and_give_them_back():
-  ids = np.array([(3 << 40) + 9, 3 << 40, (3 << 40) + 2**31])
+def test_key_shards_hold_ids_as_the_narrowest_offsets_and_give_them_back():
   keys = np.array([5, 6, 7], dtype=np.uint64)
-  shard = elements.KeyShard.of(keys, ids, keys)
-  assert shard.id_offsets.dtype == np.uint32
-  assert shard.doc_ids().tolist() == ids.tolist()
-  spread = elements.KeyShard.of(keys, np.array([1, 2 << 40, 7]), keys)
-  assert spread.id_offsets.dtype == np.int64
-  assert spread.doc_ids().tolist() == [1, 2 << 40, 7]
-  got = elements.key_columns([shard, spread])
+  batch = np.array([(3 << 40) + 9, 3 << 40, (3 << 40) + 4095])
+  wide = np.array([(3 << 40) + 9, 3 << 40, (3 << 40) + 2**31])
+  spread = np.array([1, 2 << 40, 7])
+  for ids, dtype in ((batch, np.uint16), (wide, np.uint32),
+                     (spread, np.int64)):
+    shard = elements.KeyShard.of(keys, ids)
+    assert shard.id_offsets.dtype == dtype
+    assert shard.doc_ids().tolist() == ids.tolist()
+  edge = elements.KeyShard.of(keys[:2], np.array([10, 10 + 65535]))
+  assert edge.id_offsets.dtype == np.uint16
+  assert edge.doc_ids().tolist() == [10, 10 + 65535]
+  got = elements.key_columns([elements.KeyShard.of(keys, wide),
+                              elements.KeyShard.of(keys, spread)])
   assert [c.tolist() for c in got] == [
-      [5, 6, 7, 5, 6, 7], ids.tolist() + [1, 2 << 40, 7], [5, 6, 7] * 2]
-  empty = elements.KeyShard.of(keys[:0], ids[:0], keys[:0])
+      [5, 6, 7, 5, 6, 7], wide.tolist() + spread.tolist()]
+  empty = elements.KeyShard.of(keys[:0], wide[:0])
   assert elements.key_columns([empty])[1].tolist() == []
+  assert [c.tolist() for c in elements.key_columns([])] == [[], []]
   coder = elements.KeyShardCoder()
-  assert coder.decode(coder.encode(shard)).doc_ids().tolist() == ids.tolist()
+  shard = elements.KeyShard.of(keys, batch)
+  assert coder.decode(coder.encode(shard)).doc_ids().tolist() == batch.tolist()
 
 
 def test_shard_outputs_gather_rows_per_shard_in_input_order():

@@ -264,7 +264,6 @@ def test_index_round_trip_through_shards():
   sigs = rng.integers(0, 1 << 32, (50, 16), dtype=np.uint64).astype(np.uint32)
   keys = lsh_kernels.band_keys(sigs, 4, 4, config.seed).ravel()
   key_ids = np.repeat(ids, 4)
-  digests = np.repeat(lsh_kernels.signature_digests(sigs, config.seed), 4)
   shards = lsh_kernels.shard_of(keys, 4)
   source = InputFile(0, "/data/a.jsonl", "jsonl", 1)
   params = job.effective_params(config, "auto", "text", "id")
@@ -274,7 +273,7 @@ def test_index_round_trip_through_shards():
     inputs = {
         "keys": p | "Keys" >> beam.Create([
             (s, KeyShard.of(*parts)) for s, parts in lsh_kernels.split_by_shard(
-                shards, keys, key_ids, digests)]),
+                shards, keys, key_ids)]),
         "signatures": p | "Sigs" >> beam.Create(
             [SignatureBatch(ids[:20], sigs[:20]),
              SignatureBatch(ids[20:], sigs[20:])]),

@@ -167,14 +167,26 @@ def _pairs(found):
   return list(zip(found.src.tolist(), found.dst.tolist()))
 
 
-def _no_digests(n):
-  return np.arange(n, dtype=np.uint64)  # all distinct
+def _two_phase(keys, ids, digests, exhaustive, hubs):
+  """What FindCandidates does with one shard: the small buckets' pairs,
+  then the large buckets' from their members and the members' digests
+  (``digests[i]`` is document ``ids[i]``'s); returns (small, large)."""
+  found = bucket_pairs(keys, ids, exhaustive)
+  digest_of = dict(zip(ids.tolist(), digests.tolist()))
+  member_digests = np.array([digest_of[i] for i in found.large_ids.tolist()],
+                            dtype=np.uint64)
+  # Members arrive from their node shards in any order.
+  order = np.random.default_rng(1).permutation(len(found.large_ids))
+  src, dst, anchor = lsh.large_bucket_pairs(
+      found.large_keys[order], found.large_anchors[order],
+      found.large_ids[order], member_digests[order], exhaustive, hubs)
+  return found, (src, dst, anchor)
 
 
 def test_bucket_pairs_hand_example():
   keys = np.array([7, 3, 7, 3, 7, 9, 5, 5], dtype=np.uint64)
   ids = np.array([12, 4, 10, 2, 11, 1, 6, 6], dtype=np.int64)
-  found = bucket_pairs(keys, ids, _no_digests(8), 64, 8)
+  found = bucket_pairs(keys, ids, 64)
   # Bucket 3: {2, 4}; bucket 7: {10, 11, 12}, all three pairs; bucket 9:
   # {1}; bucket 5: {6} twice, which counts once.
   assert _pairs(found) == [(2, 4), (10, 11), (10, 12), (11, 12)]
@@ -185,7 +197,7 @@ def test_bucket_pairs_hand_example():
 def test_bucket_pairs_deduplicated_per_anchor_across_buckets():
   keys = np.array([1, 1, 2, 2, 3, 3, 3, 4, 4, 4], dtype=np.uint64)
   ids = np.array([5, 8, 8, 5, 5, 8, 9, 8, 9, 7], dtype=np.int64)
-  found = bucket_pairs(keys, ids, _no_digests(10), 64, 8)
+  found = bucket_pairs(keys, ids, 64)
   # (8, 9) comes from the buckets anchored at 5 and at 7: once per anchor.
   assert list(zip(found.anchor.tolist(), _pairs(found))) == [
       (5, (5, 8)), (5, (5, 9)), (5, (8, 9)), (7, (7, 8)), (7, (7, 9)),
@@ -195,11 +207,11 @@ def test_bucket_pairs_deduplicated_per_anchor_across_buckets():
 def test_bucket_pairs_duplicate_entries_counted_once():
   keys = np.array([4, 4, 4, 4, 4], dtype=np.uint64)
   ids = np.array([3, 1, 3, 1, 3], dtype=np.int64)
-  found = bucket_pairs(keys, ids, _no_digests(5), 64, 8)
+  found = bucket_pairs(keys, ids, 64)
   assert _pairs(found) == [(1, 3)] and found.sizes.tolist() == [2]
   # The same document twice, alone in its bucket: no pair, no bucket.
   found = bucket_pairs(np.array([8, 8], dtype=np.uint64),
-                       np.array([5, 5], dtype=np.int64), _no_digests(2), 64, 8)
+                       np.array([5, 5], dtype=np.int64), 64)
   assert len(found.src) == len(found.sizes) == 0
 
 
@@ -221,7 +233,7 @@ def test_bucket_pairs_are_every_pair_of_every_bucket(entries):
   keys = np.array([k for k, _ in entries], dtype=np.uint64) * np.uint64(
       0x9E3779B97F4A7C15)
   ids = np.array([i for _, i in entries], dtype=np.int64)
-  found = bucket_pairs(keys, ids, _no_digests(len(entries)), 64, 8)
+  found = bucket_pairs(keys, ids, 64)
   buckets = collections.defaultdict(set)
   for key, doc in zip(keys.tolist(), ids.tolist()):
     buckets[key].add(doc)
@@ -236,15 +248,14 @@ def test_bucket_pairs_are_every_pair_of_every_bucket(entries):
 @pytest.mark.parametrize("docs,width,bands,rows,shards", [
     (300, 128, 32, 4, 64), (7, 16, 3, 5, 1), (0, 128, 32, 4, 64),
     (50, 64, 9, 7, 1000)])
-def test_band_entries_are_the_split_band_keys_ids_and_digests(
+def test_band_entries_are_the_split_band_keys_and_ids(
     docs, width, bands, rows, shards):
   rng = np.random.default_rng(docs)
   sigs = rng.integers(0, 2**32, (docs, width)).astype(np.uint32)
   ids = np.sort(rng.integers(0, 2**40, docs))
   keys = band_keys(sigs, bands, rows, 42).ravel()
   want = list(lsh.split_by_shard(
-      shard_of(keys, shards), keys, np.repeat(ids, bands),
-      np.repeat(lsh.signature_digests(sigs, 42), bands)))
+      shard_of(keys, shards), keys, np.repeat(ids, bands)))
   got = list(lsh.band_entries(sigs, ids, bands, rows, 42, shards))
   assert [s for s, _ in got] == [s for s, _ in want]
   for (_, got_parts), (_, want_parts) in zip(got, want):
@@ -255,8 +266,9 @@ def test_band_entries_are_the_split_band_keys_ids_and_digests(
 def test_bucket_pairs_empty_and_single():
   for n in (0, 1):
     found = bucket_pairs(np.arange(n, dtype=np.uint64),
-                         np.arange(n, dtype=np.int64), _no_digests(n), 64, 8)
+                         np.arange(n, dtype=np.int64), 64)
     assert len(found.src) == len(found.dst) == len(found.sizes) == 0
+    assert len(found.large_ids) == found.large == 0
 
 
 def test_identical_documents_in_a_large_bucket_are_one_star():
@@ -264,23 +276,30 @@ def test_identical_documents_in_a_large_bucket_are_one_star():
   rng = np.random.default_rng(5)
   ids = rng.permutation(np.arange(1000, 1000 + n, dtype=np.int64))
   keys = np.full(n, 0xDEADBEEF, dtype=np.uint64)
-  found = bucket_pairs(keys, ids, np.full(n, 77, dtype=np.uint64), 64, 8)
-  assert len(found.src) == n - 1
-  assert np.all(found.src == 1000) and np.all(found.anchor == 1000)
-  np.testing.assert_array_equal(found.dst, np.arange(1001, 1000 + n))
-  assert found.sizes.tolist() == [n] and found.large == 1
+  found, (src, dst, anchor) = _two_phase(
+      keys, ids, np.full(n, 77, dtype=np.uint64), 64, 8)
+  # No pair in the first phase: the bucket's members, once each, instead.
+  assert len(found.src) == 0 and found.large == 1
+  assert found.sizes.tolist() == [n]
+  assert sorted(found.large_ids.tolist()) == list(range(1000, 1000 + n))
+  assert np.all(found.large_anchors == 1000)
+  assert np.all(found.large_keys == 0xDEADBEEF)
+  assert len(src) == n - 1
+  assert np.all(src == 1000) and np.all(anchor == 1000)
+  np.testing.assert_array_equal(np.sort(dst), np.arange(1001, 1000 + n))
 
 
 def test_distinct_documents_in_a_large_bucket_meet_the_hubs():
   n, hubs = 1000, 4
   ids = np.arange(n, dtype=np.int64)
-  found = bucket_pairs(np.zeros(n, dtype=np.uint64), ids, _no_digests(n), 64,
-                       hubs)
+  _, (src, dst, _) = _two_phase(np.zeros(n, dtype=np.uint64), ids,
+                                np.arange(n, dtype=np.uint64), 64, hubs)
   # Hubs 0..3 pairwise, every other id with each hub: n * hubs, not n^2.
   expected = ({(a, b) for a in range(hubs) for b in range(a + 1, hubs)}
               | {(h, x) for h in range(hubs) for x in range(hubs, n)})
-  assert set(_pairs(found)) == expected
-  assert len(found.src) == len(expected) < n * hubs
+  got = list(zip(src.tolist(), dst.tolist()))
+  assert set(got) == expected
+  assert len(got) == len(expected) < n * hubs
 
 
 def test_large_bucket_with_few_distinct_signatures_pairs_them_all():
@@ -288,17 +307,46 @@ def test_large_bucket_with_few_distinct_signatures_pairs_them_all():
   # pairs of the 5 representatives (each group's smallest id).
   ids = np.arange(200, dtype=np.int64)
   digests = (ids % 5).astype(np.uint64)
-  found = bucket_pairs(np.zeros(200, dtype=np.uint64), ids, digests, 64, 2)
+  _, (src, dst, _) = _two_phase(np.zeros(200, dtype=np.uint64), ids, digests,
+                                64, 2)
   stars = {(g, x) for x in range(5, 200) for g in [x % 5]}
   reps = {(a, b) for a in range(5) for b in range(a + 1, 5)}
-  assert set(_pairs(found)) == stars | reps
+  assert set(zip(src.tolist(), dst.tolist())) == stars | reps
+
+
+def test_large_buckets_are_paired_bucket_by_bucket_beside_small_ones():
+  # Bucket 1: 70 documents (large at 64), bucket 2: 3 of them plus doc 500
+  # (small), bucket 3: 66 others, two signatures (large).
+  keys = np.r_[np.full(70, 1), np.full(3, 2), [2], np.full(66, 3)].astype(
+      np.uint64)
+  ids = np.r_[np.arange(70), [3, 4, 5], [500],
+              np.arange(100, 166)].astype(np.int64)
+  digest_of = {i: i for i in range(70)}
+  digest_of.update({i: 9000 + i % 2 for i in range(100, 166)})
+  digest_of[500] = 500
+  digests = np.array([digest_of[i] for i in ids.tolist()], dtype=np.uint64)
+  found, (src, dst, anchor) = _two_phase(keys, ids, digests, 64, 2)
+  assert found.large == 2 and sorted(found.sizes.tolist()) == [4, 66, 70]
+  assert _pairs(found) == [(3, 4), (3, 5), (3, 500), (4, 5), (4, 500),
+                           (5, 500)]
+  by_anchor = collections.defaultdict(set)
+  for a, x, y in zip(anchor.tolist(), src.tolist(), dst.tolist()):
+    by_anchor[a].add((x, y))
+  assert by_anchor[0] == ({(0, 1)} | {(h, x) for h in (0, 1)
+                                      for x in range(2, 70)})
+  # Two signatures in bucket 3: two stars (from 100 and 101), then the pair
+  # of their representatives.
+  assert by_anchor[100] == ({(100, x) for x in range(102, 166, 2)}
+                            | {(101, x) for x in range(103, 166, 2)}
+                            | {(100, 101)})
+  assert set(by_anchor) == {0, 100}
 
 
 def test_bucket_pairs_sorted_src_less_than_dst_all_pairs_of_small_buckets():
   rng = np.random.default_rng(6)
   keys = rng.integers(0, 50, size=2000).astype(np.uint64)
   ids = rng.integers(0, 500, size=2000).astype(np.int64)
-  found = bucket_pairs(keys, ids, _no_digests(2000), 4096, 8)
+  found = bucket_pairs(keys, ids, 4096)
   assert np.all(found.src < found.dst)
   members = {}
   for k, i in zip(keys.tolist(), ids.tolist()):

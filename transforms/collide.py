@@ -1,7 +1,8 @@
 """FindCandidates: band-key shards → GroupByKey collision → distinct
 candidate edge batches (Collide; verified next in :mod:`transforms.verify`).
 
-* in: ``(shard, KeyShard)`` from :mod:`transforms.band`
+* in: ``{"keys": (shard, KeyShard), "digests": (node shard, DigestBatch)}``
+  from :mod:`transforms.band`
 * out: ``(edge shard, EdgeBatch)`` (:class:`~transforms.elements.EdgeBatch`,
   src < dst);
   candidate pairs are in the shard (:func:`lsh_kernels.node_shard`) of the
@@ -13,14 +14,16 @@ from __future__ import annotations
 from typing import Tuple
 
 import apache_beam as beam
+import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import EdgeBatch, KeyShard, ShardOutputs, key_columns
+from transforms.elements import (BucketMembers, EdgeBatch, RouteByShard,
+                                 ShardOutputs, SignedMembers, key_columns)
+from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
 
 
-@beam.typehints.with_input_types(Tuple[int, KeyShard])
 class FindCandidates(beam.PTransform):
   """Band-key shards → distinct candidate edge batches.
 
@@ -28,10 +31,12 @@ class FindCandidates(beam.PTransform):
   exhaustive_bucket_size`` members yields all its k(k-1)/2 pairs, so the
   verified graph holds every pair of it that passes verification. A larger
   bucket costs at most k * ``config.bucket_hubs`` pairs (see
-  :func:`~transforms.kernels.lsh.bucket_pairs`). Pairs go to the edge shard
-  of their bucket's smallest id (so a bucket's pairs are verified, and
-  reduced to a spanning forest, in one place); a pair found in several
-  buckets of that shard is kept once.
+  :func:`~transforms.kernels.lsh.large_bucket_pairs`): its members go to
+  their node shards for their signature digests, then to the edge shard of
+  the bucket's smallest id, so only the documents of such buckets are
+  shuffled twice more. Pairs go to the edge shard of their bucket's
+  smallest id (so a bucket's pairs are verified, and reduced to a spanning
+  forest, in one place); a pair found in several buckets is kept once.
 
   Against an index (``first_new_id`` given: indexed documents have lower
   ids), only buckets holding a new document are collided, whole, and pairs
@@ -51,21 +56,31 @@ class FindCandidates(beam.PTransform):
     self._config = config
     self._first_new_id = first_new_id
 
-  def expand(self, band_keys):
-    found = (band_keys
+  def expand(self, inputs):
+    c = self._config
+    found = (inputs["keys"]
              | "GroupByShard" >> beam.GroupByKey()
              | "CollideInShard" >> beam.ParDo(
-                 _CollideFn(self._config, self._first_new_id)).with_outputs(
-                     metrics.COUNTS, main="edges"))
-    distinct = (found.edges
-                | "GroupEdges" >> beam.GroupByKey()
-                | "DistinctEdges" >> beam.ParDo(_DistinctFn()).with_outputs(
-                    metrics.COUNTS, main="edges"))
+                 _CollideFn(c, self._first_new_id)).with_output_types(
+                     Tuple[int, EdgeBatch],
+                     **{_LARGE: Tuple[int, BucketMembers],
+                        metrics.COUNTS: metrics.Count}).with_outputs(
+                            metrics.COUNTS, _LARGE, main="edges"))
+    signed = ({"digests": inputs["digests"], "members": found[_LARGE]}
+              | "JoinDigests" >> JoinByKey()
+              | "SignMembers" >> beam.ParDo(_SignMembersFn(c.lsh_shards)))
+    distinct = ({"edges": found.edges, "large": signed}
+                | "GroupEdges" >> JoinByKey()
+                | "DistinctEdges" >> beam.ParDo(_DistinctFn(
+                    c, self._first_new_id)).with_outputs(
+                        metrics.COUNTS, main="edges"))
     return {"edges": distinct.edges,
             "counts": (found[metrics.COUNTS], distinct[metrics.COUNTS])}
 
 
-@beam.typehints.with_output_types(Tuple[int, EdgeBatch])
+_LARGE = "large"
+
+
 class _CollideFn(metrics.MeteredDoFn):
 
   STAGE = "collision"
@@ -79,20 +94,23 @@ class _CollideFn(metrics.MeteredDoFn):
     self._bucket_sizes = metrics.distribution("bucket_size")
     # Every band-key shard finds pairs for every edge shard.
     self._outputs = ShardOutputs(EdgeBatch)
+    self._large = ShardOutputs(BucketMembers)
 
   def finish_bundle(self):
-    return self._outputs.flush() + super().finish_bundle()
+    return (self._outputs.flush()
+            + [beam.pvalue.TaggedOutput(_LARGE, out)
+               for out in self._large.flush()]
+            + super().finish_bundle())
 
   def process(self, element):
     _, parts = element
     c = self._config
     with self.meter.timed():
-      keys, ids, digests = key_columns(parts)
+      keys, ids = key_columns(parts)
       if self._first_new_id is not None:
         reach = lsh_kernels.buckets_reaching(keys, ids, self._first_new_id)
-        keys, ids, digests = keys[reach], ids[reach], digests[reach]
-      found = lsh_kernels.bucket_pairs(keys, ids, digests,
-                                       c.exhaustive_bucket_size, c.bucket_hubs)
+        keys, ids = keys[reach], ids[reach]
+      found = lsh_kernels.bucket_pairs(keys, ids, c.exhaustive_bucket_size)
       if self._first_new_id is not None:
         new = found.dst >= self._first_new_id
         found = found._replace(src=found.src[new], dst=found.dst[new],
@@ -106,17 +124,62 @@ class _CollideFn(metrics.MeteredDoFn):
       self._bucket_sizes.update(int(sizes.max()))
     if found.large:
       yield metrics.count_tag("buckets_large", found.large)
+      members = (found.large_keys, found.large_anchors, found.large_ids)
+      yield metrics.shuffled("large_buckets", sum(m.nbytes for m in members))
+      yield from (beam.pvalue.TaggedOutput(_LARGE, out) for out in
+                  self._large.add_rows(lsh_kernels.node_shard(
+                      found.large_ids, c.lsh_shards), *members))
     if len(found.src):
       yield metrics.shuffled("candidate_edges",
                              found.src.nbytes + found.dst.nbytes)
       yield from self._outputs.add_rows(shards, found.src, found.dst)
 
 
+@beam.typehints.with_output_types(Tuple[int, SignedMembers])
+class _SignMembersFn(RouteByShard):
+  """A node shard's digests and large-bucket members → the members with
+  their digests, in the edge shard of their bucket's smallest id."""
+
+  OUTPUT = SignedMembers
+
+  def process(self, element):
+    _, joined = element
+    if not joined["members"]:
+      return
+    keys, anchors, ids = lsh_kernels.concat_arrays(joined["members"])
+    known, digests = lsh_kernels.concat_arrays(joined["digests"])
+    order = np.argsort(known)
+    digests = digests[order[lsh_kernels.rows_of(known[order], ids)]]
+    yield metrics.shuffled("large_buckets", keys.nbytes + anchors.nbytes
+                           + ids.nbytes + digests.nbytes)
+    yield from self.outputs.add_rows(
+        lsh_kernels.node_shard(anchors, self._shards), keys, anchors, ids,
+        digests)
+
+
 @beam.typehints.with_output_types(Tuple[int, EdgeBatch])
 class _DistinctFn(beam.DoFn):
 
+  def __init__(self, config: DedupConfig, first_new_id: int = None):
+    self._config = config
+    self._first_new_id = first_new_id
+
   def process(self, element):
-    shard, parts = element
+    shard, joined = element
+    c = self._config
+    parts = [tuple(batch) for batch in joined["edges"]]
+    if joined["large"]:
+      src, dst, _ = lsh_kernels.large_bucket_pairs(
+          *lsh_kernels.concat_arrays(joined["large"]),
+          c.exhaustive_bucket_size, c.bucket_hubs)
+      if self._first_new_id is not None:
+        new = dst >= self._first_new_id
+        src, dst = src[new], dst[new]
+      parts.append((src, dst))
+    if not parts:
+      return
     src, dst = lsh_kernels.distinct_edges(*lsh_kernels.concat_arrays(parts))
+    if not len(src):
+      return
     yield metrics.count_tag("candidate_edges", len(src))
     yield shard, EdgeBatch(src, dst)

@@ -8,7 +8,11 @@ also unpack it as a plain tuple. Keyed by a shard they travel as
 * :class:`TextBatch` from Read (:mod:`transforms.read`) to Sign (its texts
   a list of str, the one field that is not an array),
 * :class:`SignatureBatch` from Sign (:mod:`transforms.sign`),
-* ``(band-key shard, KeyShard)`` from Band (:mod:`transforms.band`),
+* ``(band-key shard, KeyShard)`` and ``(node shard, DigestBatch)`` from
+  Band (:mod:`transforms.band`),
+* inside Collide (:mod:`transforms.collide`), the members of buckets above
+  the exhaustive size: ``(node shard, BucketMembers)``, then with their
+  digests ``(edge shard, SignedMembers)``,
 * ``(edge shard, EdgeBatch)`` from Collide (:mod:`transforms.collide`), and
   the ``(doc, other)`` pairs that Explain measures with the documents
   whose user ids it asks for (:class:`TextRequest`),
@@ -56,34 +60,34 @@ class SignatureBatch(NamedTuple):
 
 class KeyShard(NamedTuple):
   """One batch's band keys of one shard: ``keys`` uint64[m] (one per
-  document and band), the documents' ids and the ``digests`` uint64[m] of
-  their whole signatures. The ids are ``id_base`` int64[1] plus
-  ``id_offsets`` (uint32[m] when they fit, as they do for the documents of
-  one signature batch, else int64[m]): a third less to shuffle and to hold
-  than int64 ids. Build one with :meth:`of`, read the ids with
-  :meth:`doc_ids`."""
+  document and band) and the documents' ids: ``id_base`` int64[1] plus
+  ``id_offsets``, in the narrowest of uint16, uint32 and int64 that holds
+  them (uint16 for the documents of one 4,096-document signature batch of
+  one file: 10 bytes an entry to shuffle and to hold, against 16 with int64
+  ids). Build one with :meth:`of`, read the ids with :meth:`doc_ids`."""
   keys: np.ndarray
   id_base: np.ndarray
   id_offsets: np.ndarray
-  digests: np.ndarray
 
   @classmethod
-  def of(cls, keys, ids, digests) -> "KeyShard":
-    """The shard of ``(keys[i], ids[i], digests[i])`` entries.
+  def of(cls, keys, ids) -> "KeyShard":
+    """The shard of ``(keys[i], ids[i])`` entries.
 
     >>> shard = KeyShard.of(np.array([7, 8], dtype=np.uint64),
-    ...                     np.array([5 << 40, (5 << 40) + 3]),
-    ...                     np.array([1, 2], dtype=np.uint64))
+    ...                     np.array([5 << 40, (5 << 40) + 3]))
     >>> shard.id_offsets.dtype.name, shard.doc_ids().tolist() == [5 << 40,
     ...                                                    (5 << 40) + 3]
-    ('uint32', True)
+    ('uint16', True)
     """
     ids = np.asarray(ids, dtype=np.int64)
     base = int(ids.min()) if len(ids) else 0
     offsets = ids - base
-    if len(ids) and int(offsets.max()) <= np.iinfo(np.uint32).max:
-      offsets = offsets.astype(np.uint32)
-    return cls(keys, np.array([base], dtype=np.int64), offsets, digests)
+    span = int(offsets.max()) if len(ids) else 0
+    for narrow in (np.uint16, np.uint32):
+      if span <= np.iinfo(narrow).max:
+        offsets = offsets.astype(narrow)
+        break
+    return cls(keys, np.array([base], dtype=np.int64), offsets)
 
   def doc_ids(self) -> np.ndarray:
     """The entries' document ids, int64[m]."""
@@ -91,15 +95,38 @@ class KeyShard(NamedTuple):
 
 
 def key_columns(shards) -> tuple:
-  """``(keys, doc ids, digests)`` of the entries of :class:`KeyShard`\ s,
+  """``(keys, doc ids)`` of the entries of :class:`KeyShard`\ s,
   concatenated in order."""
   shards = list(shards)
   if not shards:
-    return (np.zeros(0, np.uint64), np.zeros(0, np.int64),
-            np.zeros(0, np.uint64))
+    return np.zeros(0, np.uint64), np.zeros(0, np.int64)
   return (np.concatenate([s.keys for s in shards]),
-          np.concatenate([s.doc_ids() for s in shards]),
-          np.concatenate([s.digests for s in shards]))
+          np.concatenate([s.doc_ids() for s in shards]))
+
+
+class DigestBatch(NamedTuple):
+  """Documents' whole-signature digests: ``ids`` int64[n], ``digests``
+  uint64[n] (:func:`~transforms.kernels.lsh.signature_digests`)."""
+  ids: np.ndarray
+  digests: np.ndarray
+
+
+class BucketMembers(NamedTuple):
+  """Members of band-key buckets above the exhaustive size, one row per
+  (bucket, document): the bucket's ``keys`` uint64[m] and ``anchors``
+  int64[m] (its smallest id), the document ``ids`` int64[m]."""
+  keys: np.ndarray
+  anchors: np.ndarray
+  ids: np.ndarray
+
+
+class SignedMembers(NamedTuple):
+  """:class:`BucketMembers` rows with each document's whole-signature
+  ``digests`` uint64[m]."""
+  keys: np.ndarray
+  anchors: np.ndarray
+  ids: np.ndarray
+  digests: np.ndarray
 
 
 class EdgeBatch(NamedTuple):
@@ -443,6 +470,9 @@ def _arrays_coder(element_type) -> type:
 
 SignatureBatchCoder = _arrays_coder(SignatureBatch)
 KeyShardCoder = _arrays_coder(KeyShard)
+DigestBatchCoder = _arrays_coder(DigestBatch)
+BucketMembersCoder = _arrays_coder(BucketMembers)
+SignedMembersCoder = _arrays_coder(SignedMembers)
 EdgeBatchCoder = _arrays_coder(EdgeBatch)
 TextRequestCoder = _arrays_coder(TextRequest)
 VerifiedEdgesCoder = _arrays_coder(VerifiedEdges)
@@ -451,7 +481,8 @@ ClusterBatchCoder = _arrays_coder(ClusterBatch)
 AskedBatchCoder = _arrays_coder(AskedBatch)
 WantedCoder = _arrays_coder(Wanted)
 
-CODERS = (SignatureBatchCoder, KeyShardCoder, EdgeBatchCoder,
+CODERS = (SignatureBatchCoder, KeyShardCoder, DigestBatchCoder,
+          BucketMembersCoder, SignedMembersCoder, EdgeBatchCoder,
           TextRequestCoder, VerifiedEdgesCoder, MemberBatchCoder, ClusterBatchCoder,
           AskedBatchCoder, WantedCoder)
 for _coder in CODERS:

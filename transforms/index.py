@@ -6,9 +6,11 @@ index")::
   manifest.json                   format, version, detection parameters,
                                   the corpus files (index, path, format,
                                   size), counts and the shard files
-  keys/part-SSSSS-of-NNNNN.parquet  key uint64, doc_id int64, digest uint64:
-                                  one row per (document, band), sharded by
-                                  band key (``shard_of(key, NNNNN)``)
+  keys/part-SSSSS-of-NNNNN.parquet  key uint64, doc_id int64 (format 1
+                                  also a digest uint64, now read from the
+                                  signatures): one row per (document,
+                                  band), sharded by band key
+                                  (``shard_of(key, NNNNN)``)
   docs/part-SSSSS-of-NNNNN.parquet  doc_id, kept, id (the user id as JSON),
                                   source, position, signature uint32[K]:
                                   one row per signed document, sharded by
@@ -44,7 +46,10 @@ from transforms.kernels import lsh as lsh_kernels
 from transforms.read import InputFile, make_doc_id, open_parquet, split_doc_id
 
 INDEX_FORMAT = "neardup-lsh-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Format 1 also stored each key row's signature digest, which runs now
+# compute from the indexed signatures; its key files read the same.
+READABLE_VERSIONS = (1, 2)
 MANIFEST_FILE = "manifest.json"
 KEYS_DIR, DOCS_DIR = "keys", "docs"
 # What must agree between an index and a run against it: everything that
@@ -122,12 +127,12 @@ def read_manifest(path: str) -> Index:
     raise IndexFolderError(f"--against {path}: {MANIFEST_FILE} is not a neardup"
                       " index manifest; give a folder written by"
                       " --index_out")
-  if manifest.get("format_version") != FORMAT_VERSION:
+  if manifest.get("format_version") not in READABLE_VERSIONS:
     raise IndexFolderError(
         f"--against {path}: index format version "
         f"{manifest.get('format_version')!r}, this version reads"
-        f" {FORMAT_VERSION}; rebuild the index with this version's"
-        " --index_out")
+        f" {' and '.join(map(str, READABLE_VERSIONS))}; rebuild the index"
+        " with this version's --index_out")
   return Index(path, manifest)
 
 
@@ -223,10 +228,10 @@ class ReadIndex(beam.PTransform):
     return out
 
 
-def _row_groups(path: str):
+def _row_groups(path: str, columns=None):
   with open_parquet(path) as parquet:
     for group in range(parquet.num_row_groups):
-      yield parquet.read_row_group(group)
+      yield parquet.read_row_group(group, columns=columns)
 
 
 @beam.typehints.with_output_types(Tuple[int, KeyShard])
@@ -236,14 +241,12 @@ class _ReadKeysFn(beam.DoFn):
     self._num_shards = num_shards
 
   def process(self, path: str):
-    for table in _row_groups(path):
+    for table in _row_groups(path, columns=["key", "doc_id"]):
       keys = table.column("key").to_numpy().astype(np.uint64)
       ids = table.column("doc_id").to_numpy().astype(np.int64)
-      digests = table.column("digest").to_numpy().astype(np.uint64)
       yield from ((shard, KeyShard.of(*parts)) for shard, parts in
                   lsh_kernels.split_by_shard(
-                      lsh_kernels.shard_of(keys, self._num_shards), keys, ids,
-                      digests))
+                      lsh_kernels.shard_of(keys, self._num_shards), keys, ids))
 
 
 @beam.typehints.with_output_types(SignatureBatch)
@@ -300,8 +303,7 @@ def docs_schema(num_perm: int):
 
 def keys_schema():
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
-  return pa.schema([("key", pa.uint64()), ("doc_id", pa.int64()),
-                    ("digest", pa.uint64())])
+  return pa.schema([("key", pa.uint64()), ("doc_id", pa.int64())])
 
 
 class WriteIndex(beam.PTransform):
@@ -470,10 +472,10 @@ class _WriteKeysFn(beam.DoFn):
   def process(self, element):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     shard, parts = element
-    keys, ids, digests = key_columns(parts)
+    keys, ids = key_columns(parts)
     order = np.lexsort((ids, keys))
-    table = pa.table({"key": keys[order], "doc_id": ids[order],
-                      "digest": digests[order]}, schema=keys_schema())
+    table = pa.table({"key": keys[order], "doc_id": ids[order]},
+                     schema=keys_schema())
     name = shard_name(shard, self._num_shards)
     _write_parquet(FileSystems.join(self._path, KEYS_DIR, name), table)
     yield (KEYS_DIR, name), 0

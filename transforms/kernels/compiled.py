@@ -429,21 +429,29 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
 
 
 @numba.njit(cache=True, nogil=True)
-def band_entries(sig, ids, rows, band_starts, digest_start, num_shards):
-  """``(keys, ids, digests, bounds)`` of ``lsh.band_entries``: every
-  (document, band) entry's key, its document's id and signature digest,
-  counting-sorted by shard (shard s is ``[bounds[s], bounds[s + 1])``)."""
+def signature_digests(sig, start):
+  """``lsh.signature_digests``: each row's whole-signature digest, uint64."""
   n, width = sig.shape
+  out = np.empty(n, dtype=np.uint64)
+  for doc in range(n):
+    h = start
+    for j in range(width):
+      h = _fmix64((h ^ np.uint64(sig[doc, j])) * GOLDEN)
+    out[doc] = h
+  return out
+
+
+@numba.njit(cache=True, nogil=True)
+def band_entries(sig, ids, rows, band_starts, num_shards):
+  """``(keys, ids, bounds)`` of ``lsh.band_entries``: every (document,
+  band) entry's key and its document's id, counting-sorted by shard (shard
+  s is ``[bounds[s], bounds[s + 1])``)."""
+  n = sig.shape[0]
   bands = len(band_starts)
   keys = np.empty(n * bands, dtype=np.uint64)
   shards = np.empty(n * bands, dtype=np.int64)
-  digests = np.empty(n, dtype=np.uint64)
   bounds = np.zeros(num_shards + 1, dtype=np.int64)
   for doc in range(n):
-    h = digest_start
-    for j in range(width):
-      h = _fmix64((h ^ np.uint64(sig[doc, j])) * GOLDEN)
-    digests[doc] = h
     for band in range(bands):
       h = band_starts[band]
       for j in range(rows):
@@ -458,14 +466,12 @@ def band_entries(sig, ids, rows, band_starts, digest_start, num_shards):
   at = bounds[:-1].copy()
   out_keys = np.empty_like(keys)
   out_ids = np.empty(n * bands, dtype=np.int64)
-  out_digests = np.empty(n * bands, dtype=np.uint64)
   for entry in range(n * bands):
     shard = shards[entry]
     out_keys[at[shard]] = keys[entry]
     out_ids[at[shard]] = ids[entry // bands]
-    out_digests[at[shard]] = digests[entry // bands]
     at[shard] += 1
-  return out_keys, out_ids, out_digests, bounds
+  return out_keys, out_ids, bounds
 
 
 @numba.njit(cache=True, nogil=True)

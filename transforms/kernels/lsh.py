@@ -129,8 +129,11 @@ def signature_digests(signatures: np.ndarray, seed: int) -> np.ndarray:
   Equal signatures give equal digests; distinct ones collide with
   probability 2^-64 per pair.
   """
-  sig = np.asarray(signatures, dtype=np.uint32)
+  sig = np.ascontiguousarray(signatures, dtype=np.uint32)
   start = fmix64(np.array([seed], dtype=np.uint64) ^ _DIGEST_SALT)
+  kernels = dispatch.compiled_kernels(sig.size)
+  if kernels is not None:
+    return kernels.signature_digests(sig, start[0])
   h = np.repeat(start, sig.shape[0])
   for j in range(sig.shape[1]):
     h = fmix64((h ^ sig[:, j].astype(np.uint64)) * GOLDEN)
@@ -139,13 +142,11 @@ def signature_digests(signatures: np.ndarray, seed: int) -> np.ndarray:
 
 def band_entries(signatures: np.ndarray, ids: np.ndarray, bands: int,
                  rows: int, seed: int, num_shards: int):
-  """Yields ``(shard, [keys, ids, digests])`` of a signature batch's band-key
+  """Yields ``(shard, [keys, ids])`` of a signature batch's band-key
   entries, shard by shard in shard order, entries in (document, band)
-  order: the :func:`band_keys` of every document and band, with the
-  document's id and :func:`signature_digests` digest, split by
-  :func:`shard_of` as :func:`split_by_shard` splits them. Compiled, it is
-  one pass (a 4,096-document batch: 7 ms, against 18 ms for those four
-  functions, the pure path).
+  order: the :func:`band_keys` of every document and band with the
+  document's id, split by :func:`shard_of` as :func:`split_by_shard` splits
+  them. Compiled, it is one pass.
   """
   sig = np.ascontiguousarray(signatures, dtype=np.uint32)
   ids = np.asarray(ids, dtype=np.int64)
@@ -153,91 +154,121 @@ def band_entries(signatures: np.ndarray, ids: np.ndarray, bands: int,
   if kernels is None:
     keys = band_keys(sig, bands, rows, seed).ravel()
     yield from split_by_shard(shard_of(keys, num_shards), keys,
-                              np.repeat(ids, bands),
-                              np.repeat(signature_digests(sig, seed), bands))
+                              np.repeat(ids, bands))
     return
   band_ids = np.arange(bands, dtype=np.uint64)
   band_starts = fmix64(band_ids * GOLDEN ^ np.uint64(seed))
-  digest_start = fmix64(np.array([seed], dtype=np.uint64) ^ _DIGEST_SALT)[0]
-  keys, entry_ids, digests, bounds = kernels.band_entries(
-      sig, ids, rows, band_starts, digest_start, num_shards)
+  keys, entry_ids, bounds = kernels.band_entries(sig, ids, rows, band_starts,
+                                                 num_shards)
   for shard in np.flatnonzero(np.diff(bounds)).tolist():
     lo, hi = bounds[shard], bounds[shard + 1]
-    yield shard, [keys[lo:hi], entry_ids[lo:hi], digests[lo:hi]]
+    yield shard, [keys[lo:hi], entry_ids[lo:hi]]
 
 
 class BucketPairs(NamedTuple):
-  """Candidate pairs of one shard of band keys.
+  """Candidate pairs of one shard of band keys, and the members of its
+  buckets above the exhaustive size.
 
   ``src < dst``; ``anchor`` is the smallest id of the bucket that produced
   the pair (pairs are routed by it, so one bucket's pairs meet in one place).
   ``sizes`` holds the size of every bucket of two or more, ``large`` how
-  many of them were above the exhaustive size.
+  many of them were above the exhaustive size; ``large_keys``,
+  ``large_anchors`` and ``large_ids`` list those buckets' distinct members
+  (one row per bucket and document, the bucket's key and smallest id), whose
+  pairs :func:`large_bucket_pairs` finds once their signature digests are
+  known.
   """
   src: np.ndarray
   dst: np.ndarray
   anchor: np.ndarray
   sizes: np.ndarray
   large: int
+  large_keys: np.ndarray
+  large_anchors: np.ndarray
+  large_ids: np.ndarray
 
 
-def bucket_pairs(keys: np.ndarray, ids: np.ndarray, digests: np.ndarray,
-                 exhaustive: int, hubs: int) -> BucketPairs:
-  """Candidate pairs of one shard of ``(band key, doc id, digest)`` entries.
+def bucket_pairs(keys: np.ndarray, ids: np.ndarray, exhaustive: int
+                 ) -> BucketPairs:
+  """Candidate pairs of one shard of ``(band key, doc id)`` entries.
 
   A bucket (run of equal keys) of k <= ``exhaustive`` distinct documents
   yields all k(k-1)/2 pairs, so every pair of it that passes verification
-  is an edge. A larger bucket never costs k^2: documents with equal
-  signature digests are first joined by a star from the smallest of them
-  (one node per distinct signature); if at most ``exhaustive`` distinct
-  signatures remain, all their pairs follow, otherwise every one of them is
-  paired with each of the ``hubs`` smallest ids among them (and the hubs
-  with each other): at most k * hubs pairs. Pairs repeated across buckets of
-  the same anchor are emitted once.
+  is an edge; pairs repeated across buckets of the same anchor are emitted
+  once. A larger bucket yields no pair here: its members are returned, for
+  :func:`large_bucket_pairs`.
   """
   keys = np.asarray(keys, dtype=np.uint64)
   ids = np.asarray(ids, dtype=np.int64)
-  digests = np.asarray(digests, dtype=np.uint64)
   # Most keys are alone in their bucket (97.5% of a shard's at 1M seed-style
   # documents) and yield nothing: only the entries whose key repeats are
   # sorted by (key, id) (such a 500k-entry shard: 175 → 36 ms).
   repeats = repeated(keys)
-  keys, ids, digests = keys[repeats], ids[repeats], digests[repeats]
+  keys, ids = keys[repeats], ids[repeats]
   order = np.lexsort((ids, keys))
-  keys, ids, digests = keys[order], ids[order], digests[order]
+  keys, ids = keys[order], ids[order]
   if len(keys):
     # A document listed twice in one bucket counts once.
     fresh = np.ones(len(keys), dtype=bool)
     fresh[1:] = (keys[1:] != keys[:-1]) | (ids[1:] != ids[:-1])
-    keys, ids, digests = keys[fresh], ids[fresh], digests[fresh]
+    keys, ids = keys[fresh], ids[fresh]
   n = len(keys)
   empty = np.zeros(0, dtype=np.int64)
   if n < 2:
-    return BucketPairs(empty, empty, empty, empty, 0)
+    return BucketPairs(empty, empty, empty, empty, 0,
+                       np.zeros(0, dtype=np.uint64), empty, empty)
   starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
   sizes = np.diff(np.r_[starts, n])
   small = (sizes >= 2) & (sizes <= exhaustive)
   src, dst = run_pairs(ids, starts[small], sizes[small])
-  anchor = [np.repeat(ids[starts[small]], sizes[small] * (sizes[small] - 1)
-                      // 2)]
-  src, dst = [src], [dst]
-  large = np.flatnonzero(sizes > exhaustive)
-  for run in large.tolist():
-    lo = starts[run]
-    s, d = _large_bucket_pairs(ids[lo:lo + sizes[run]],
-                               digests[lo:lo + sizes[run]], exhaustive, hubs)
-    src.append(s)
-    dst.append(d)
-    anchor.append(np.full(len(s), ids[lo], dtype=np.int64))
-  src, dst, anchor = (np.concatenate(a) for a in (src, dst, anchor))
+  anchor = np.repeat(ids[starts[small]],
+                     sizes[small] * (sizes[small] - 1) // 2)
   # The same pair from several buckets of one anchor is one candidate.
   order = np.lexsort((dst, src, anchor))
   src, dst, anchor = src[order], dst[order], anchor[order]
   fresh = np.ones(len(src), dtype=bool)
   fresh[1:] = ((anchor[1:] != anchor[:-1]) | (src[1:] != src[:-1])
                | (dst[1:] != dst[:-1]))
+  large = sizes > exhaustive
+  members = ranges(starts[large], sizes[large])
   return BucketPairs(src[fresh], dst[fresh], anchor[fresh],
-                     sizes[sizes >= 2], len(large))
+                     sizes[sizes >= 2], int(large.sum()), keys[members],
+                     np.repeat(ids[starts[large]], sizes[large]),
+                     ids[members])
+
+
+def large_bucket_pairs(keys: np.ndarray, anchors: np.ndarray,
+                       ids: np.ndarray, digests: np.ndarray, exhaustive: int,
+                       hubs: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(src, dst, anchor)`` pairs of buckets above the exhaustive size, from
+  their members (rows of one bucket in any order, each document once, with
+  its signature digest) as :func:`bucket_pairs` returns them.
+
+  Such a bucket never costs k^2: documents with equal signature digests are
+  first joined by a star from the smallest of them (one node per distinct
+  signature); if at most ``exhaustive`` distinct signatures remain, all
+  their pairs follow, otherwise every one of them is paired with each of
+  the ``hubs`` smallest ids among them (and the hubs with each other): at
+  most k * ``hubs`` pairs. ``src < dst``; ``anchor`` is the bucket's
+  smallest id.
+  """
+  keys = np.asarray(keys, dtype=np.uint64)
+  ids = np.asarray(ids, dtype=np.int64)
+  anchors = np.asarray(anchors, dtype=np.int64)
+  digests = np.asarray(digests, dtype=np.uint64)
+  order = np.lexsort((ids, keys))
+  keys, ids, anchors, digests = (keys[order], ids[order], anchors[order],
+                                 digests[order])
+  starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])[:len(keys)]
+  ends = np.r_[starts[1:], len(keys)].astype(np.int64)
+  empty = np.zeros(0, dtype=np.int64)
+  src, dst, anchor = [empty], [empty], [empty]
+  for lo, hi in zip(starts.tolist(), ends.tolist()):
+    s, d = _large_bucket_pairs(ids[lo:hi], digests[lo:hi], exhaustive, hubs)
+    src.append(s)
+    dst.append(d)
+    anchor.append(np.full(len(s), anchors[lo], dtype=np.int64))
+  return tuple(np.concatenate(a) for a in (src, dst, anchor))
 
 
 def repeated(values: np.ndarray) -> np.ndarray:
