@@ -8,6 +8,10 @@ Usage (from the repository root)::
   python bench/run.py --quick        # ~2-3 minutes on 2 cores
   python bench/run.py                # full: 100k and 1M documents end to end
 
+The issue 12 run (README, "Benchmarks") adds ``--profile-runs 5``: five
+py-spy profiles of ours on the end-to-end seed-style corpus (target 12.4,
+``bench/beam_share.py``); the default and ``--quick`` profile nothing.
+
 Every measurement runs in a fresh process pinned to one CPU, so throughput
 is per core and the peak RSS (read with ``wait4``) is per system.
 Signatures: raw text -> K=128 signatures (best of ``--repeats``), docs/s and
@@ -43,6 +47,7 @@ if ROOT not in sys.path:
 
 from bench import corpora  # noqa: E402  (needs ROOT on sys.path)
 from bench import measure  # noqa: E402
+from bench import beam_share  # noqa: E402
 from bench import systems  # noqa: E402
 from pipeline.cli import DEFAULT_RUNNER  # noqa: E402
 from pipeline.engines import find_prism, missing_prism_reason  # noqa: E402
@@ -101,6 +106,21 @@ def corpus_params(name: str, seed: int) -> dict:
   params = dict(CORPUS_PARAMS[name], num_perm=NUM_PERM, seed=seed)
   params.update(bands_rows(params["threshold"], NUM_PERM))
   return params
+
+
+def pipeline_argv(corpus_dir: str, out_dir: str, params: dict,
+                  runner: Optional[str] = None) -> List[str]:
+  """``python -m pipeline``'s arguments for ours on a corpus written by
+  ``corpora.write``, with the corpus's parameters, on ``runner`` (else the
+  CLI's default)."""
+  argv = ["--input", os.path.join(corpus_dir, "corpus.jsonl"),
+          "--output", out_dir, "--overwrite", "true",
+          "--ngram", str(params["ngram"]), "--bands", str(params["bands"]),
+          "--rows", str(params["rows"]), "--num_perm", str(NUM_PERM),
+          "--threshold", str(params["threshold"]),
+          "--seed", str(params["seed"])]
+  # Always explicit, so that a test suite's wrapper of main() leaves it be.
+  return argv + ["--runner", runner or DEFAULT_RUNNER]
 
 
 # --------------------------------------------------------------- children
@@ -165,14 +185,7 @@ class Runner:
     corpus_dir, params, docs = spec["corpus"], spec["params"], spec["docs"]
     print(f"[bench] end to end ours (python -m pipeline) on {docs:,} docs"
           f" ({runner or 'default runner'}) ...", file=sys.stderr, flush=True)
-    argv = ["--input", os.path.join(corpus_dir, "corpus.jsonl"),
-            "--output", out_dir, "--overwrite", "true",
-            "--ngram", str(params["ngram"]), "--bands", str(params["bands"]),
-            "--rows", str(params["rows"]), "--num_perm", str(NUM_PERM),
-            "--threshold", str(params["threshold"]),
-            "--seed", str(params["seed"])]
-    # Always explicit, so that a test suite's wrapper of main() leaves it be.
-    argv += ["--runner", runner or DEFAULT_RUNNER]
+    argv = pipeline_argv(corpus_dir, out_dir, params, runner)
     result = {"kind": "clusters", "system": "ours", "docs": docs,
               "runner": runner or DEFAULT_RUNNER}
     if self.in_process:
@@ -393,11 +406,13 @@ def evaluate_targets(sig, e2e, scale, sizes) -> List[dict]:
   return targets
 
 
-def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes
-                      ) -> List[dict]:
+def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes,
+                      profiles: Optional[List[dict]] = None) -> List[dict]:
   """The targets of issue 12: the fixed cost of a tiny run, ours against
   rensa at 100k and 1M documents (wall and peak RSS), the growth from 100k
-  to 1M, and the shuffle volume per document."""
+  to 1M, Beam's share of ``profiles`` (``bench.beam_share.profile_job``'s
+  results at e2e_seed documents; SKIP when None or empty) and the shuffle
+  volume per document."""
   targets = []
 
   def add(*args, **kwargs):
@@ -429,6 +444,18 @@ def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes
   add("12.3b", "time(scale)/time(e2e-seed) <= 10",
       growth and round(growth, 2), growth and growth <= 10,
       "" if growth else "needs --scale")
+  text = (f"Beam machinery < {beam_share.BEAM_LIMIT:.0f}% of a {n:,}-doc"
+          f" profile (median of {len(profiles or ())}) and no PickleCoder"
+          " samples")
+  errors = [r["error"] for r in profiles or () if "error" in r]
+  if errors:
+    add("12.4", text, None, None,
+        "error: " + errors[0].strip().splitlines()[-1])
+  elif profiles:
+    measured = beam_share.summary(profiles)
+    add("12.4", text, measured, beam_share.passes(measured))
+  else:
+    add("12.4", text, None, None, "needs --profile-runs")
   per_doc = ours.get("shuffle_bytes_per_doc") if ours else None
   add("12.5", f"shuffle bytes/doc at {n:,} <= {ISSUE_12_SHUFFLE_B_PER_DOC:,}"
       " (when issue 12 was filed)", per_doc and round(per_doc),
@@ -532,6 +559,11 @@ def markdown(results: dict) -> str:
       lines.append(f"| {r['runner']} | {_fmt(r['docs'])} |"
                    f" {_fmt(r['seconds'])}{runs} |"
                    f" {_fmt(r.get('tree_peak_rss_mb'), 0)} | {_fmt(ratio)} |")
+  if results.get("profiles"):
+    lines += ["", f"Profiles of ours on {results['sizes']['e2e_seed']:,}"
+              f" seed-style docs (py-spy {beam_share.RATE} Hz, the job pinned"
+              " to one CPU, py-spy on another; shares of the non-idle"
+              " samples):", ""] + beam_share.table(results["profiles"])
   lines += ["", "Targets (issues 3 and 12):", ""]
   for t in results["targets"]:
     note = f" — {t['note']}" if t["note"] else ""
@@ -573,6 +605,10 @@ def parse_args(argv):
   parser.add_argument("--workdir", default=None,
                       help="where corpora and pipeline outputs go (default: a"
                       " temporary directory, removed afterwards)")
+  parser.add_argument("--profile-runs", type=int, default=0,
+                      help="py-spy profiles of ours on the e2e seed-style"
+                      " corpus, for target 12.4 (0 = none; the issue 12 run"
+                      " uses 5)")
   parser.add_argument("--in-process", action="store_true",
                       help="measure in this process (no pinning, no"
                       " per-system RSS); for tests")
@@ -584,9 +620,10 @@ def main(argv: Optional[List[str]] = None) -> int:
   mode = "quick" if args.quick else "full"
   sizes = {k: (v if getattr(args, k) is None else getattr(args, k))
            for k, v in SIZES[mode].items()}
-  if min(sizes.values()) < 0 or not sizes["sig_seed"] or not sizes["e2e_seed"]:
+  if (min(sizes.values()) < 0 or not sizes["sig_seed"]
+      or not sizes["e2e_seed"] or args.profile_runs < 0):
     raise SystemExit("--sig-seed and --e2e-seed must be positive; the other"
-                     " sizes must be >= 0")
+                     " sizes and --profile-runs must be >= 0")
   sketches = [s for s in args.sketches.split(",") if s]
   now = datetime.datetime.now(datetime.timezone.utc)
   workdir = args.workdir or tempfile.mkdtemp(prefix="neardup-bench-")
@@ -608,7 +645,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     corpus_dirs[key])
     return corpus_dirs[key]
 
-  sig_rows, e2e_rows, scale, scale_peers = [], [], None, []
+  sig_rows, e2e_rows, scale, scale_peers, profiles = [], [], None, [], []
   try:
     for key, name in SIG_CORPORA:
       for system in ([f"ours-{s}" for s in sketches] + list(PEERS)
@@ -630,6 +667,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         r = (runner.pipeline(spec, os.path.join(workdir, key + "-out"))
              if system == "ours" else runner.measure(spec))
         e2e_rows.append(dict(r, corpus=name))
+    for i in range(1, args.profile_runs + 1):
+      print(f"[bench] profile {i} of {args.profile_runs} of ours on"
+            f" {sizes['e2e_seed']:,} docs ...", file=sys.stderr, flush=True)
+      # A child even with --in-process: py-spy samples from outside.
+      argv = pipeline_argv(corpus("e2e_seed", "seed-style"),
+                           os.path.join(workdir, "e2e_seed-profile-out"),
+                           results["params"]["seed-style"])
+      profiles.append(beam_share.profile_job(
+          argv, os.path.join(workdir, f"profile-{i}.txt")))
     if sizes["scale"]:
       spec = {"kind": "clusters", "system": "ours",
               "corpus": corpus("scale", "seed-style"), "docs": sizes["scale"],
@@ -651,11 +697,13 @@ def main(argv: Optional[List[str]] = None) -> int:
   results["scale"] = scale
   results["scale_peers"] = scale_peers
   results["runners"] = runner_rows
+  results["profiles"] = profiles
   results["ratios"] = ratios(sig_rows, e2e_rows + ([scale] if scale else [])
                              + scale_peers)
   results["targets"] = (
       evaluate_targets(sig_rows, e2e_rows, scale, sizes)
-      + evaluate_issue_12(e2e_rows, scale, scale_peers, runner_rows, sizes))
+      + evaluate_issue_12(e2e_rows, scale, scale_peers, runner_rows, sizes,
+                          profiles=profiles))
   results["machine"]["load_avg_end"] = os.getloadavg()
   out = args.out or os.path.join(ROOT, "bench", "results",
                                  now.strftime("%Y-%m-%d") + ".json")

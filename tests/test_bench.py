@@ -4,11 +4,13 @@ No timing assertions: speed is what the harness reports, not what tests
 check."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from bench import corpora
+from bench import beam_share
 from bench import run
 from bench import systems
 
@@ -121,11 +123,12 @@ def test_harness_end_to_end_finds_the_planted_duplicates(tiny_results):
 def test_harness_evaluates_every_target(tiny_results):
   status = {t["id"]: t["status"] for t in tiny_results["targets"]}
   assert set(status) == {"1a", "1b", "2", "3a", "3b", "4", "12.1", "12.2",
-                         "12.3a", "12.3b", "12.5"}
+                         "12.3a", "12.3b", "12.4", "12.5"}
   for tid in ("1a", "1b", "2", "3a", "3b", "12.1", "12.2", "12.5"):
     assert status[tid] in ("PASS", "FAIL"), tid
   for tid in ("4", "12.3a", "12.3b"):  # no --scale run
     assert status[tid] == "SKIP", tid
+  assert status["12.4"] == "SKIP"  # no --profile-runs
   report = run.markdown(tiny_results)
   for system in OURS + PEERS:
     assert f"| {system} |" in report
@@ -152,6 +155,146 @@ def test_issue_12_targets_compare_with_rensa_at_both_sizes():
   got = {t["id"]: t["status"]
          for t in run.evaluate_issue_12(e2e, scale, peers, tiny, sizes)}
   assert got["12.3a"] == "FAIL"
+
+
+def test_issue_12_profile_target_takes_the_median_beam_share():
+  sizes = {"runners_tiny": 20, "e2e_seed": 100_000}
+
+  def target(profiles):
+    [t] = [t for t in run.evaluate_issue_12([], None, [], [], sizes,
+                                            profiles=profiles)
+           if t["id"] == "12.4"]
+    return t["status"], t["measured"]
+
+  def runs(*shares, pickle=0):
+    return [{"beam_share": s, "pickle": pickle} for s in shares]
+
+  assert target(runs(28.0, 31.0, 25.04)) == (
+      "PASS", {"beam_share": 28.0, "runs": [28.0, 31.0, 25.0],
+               "pickle_samples": 0})
+  assert target(runs(31.0, 35.0, 20.0))[0] == "FAIL"
+  assert target(runs(30.0))[0] == "FAIL"  # the bound is strict
+  assert target(runs(28.0, 25.0, pickle=2)) == (
+      "FAIL", {"beam_share": 26.5, "runs": [28.0, 25.0], "pickle_samples": 2})
+  assert target(runs(20.0) + [{"error": "py-spy failed: denied"}]) == (
+      "ERROR", None)
+  assert target([]) == ("SKIP", None)
+  # Callers from before the profiles: SKIP.
+  assert {t["id"]: t["status"] for t in run.evaluate_issue_12(
+      [], None, [], [], sizes)}["12.4"] == "SKIP"
+
+
+# A raw py-spy profile (--format raw --threads): thread;frames outermost
+# first;... count. Frames are "function (path:line)".
+_BOOT = ("Thread._bootstrap (threading.py:1002);"
+         "Thread._bootstrap_inner (threading.py:1045)")
+_MAIN = ("thread (100): MainThread;_run_module_as_main (<frozen runpy>:198);"
+         "<module> (pipeline/__main__.py:7);main (pipeline/cli.py:88)")
+_RUN = (_MAIN + ";Pipeline.run (apache_beam/pipeline.py:563);"
+        "FnApiRunner.run_stages (apache_beam/runners/portability/fn_api_runner"
+        "/fn_runner.py:465)")
+_BUNDLE = (_RUN + ";DataInputOperation.process_encoded"
+           " (apache_beam/runners/worker/bundle_processor.py:263)")
+_APPLY = _MAIN + ";Pipeline.apply (apache_beam/pipeline.py:700)"
+_CODERS = "apache_beam/coders/coders.py"
+RAW_PROFILE = [
+    # Idle: a wait innermost (under Beam's frames), or only threading,
+    # concurrent and queue frames (a thread blocked in C); 10 samples.
+    f"thread (101): Thread-1;{_BOOT};PeriodicThread.run"
+    " (apache_beam/runners/worker/data_plane.py:259);Event.wait"
+    " (threading.py:629);Condition.wait (threading.py:331) 3",
+    f"thread (102): ExecutionTreeCreator_0;{_BOOT};Thread.run"
+    " (threading.py:982) 4",
+    f"thread (103): ExecutionTreeCreator_0;{_BOOT};Thread.run"
+    " (threading.py:982);_worker (concurrent/futures/thread.py:81) 1",
+    "thread (104);Thread.run (threading.py:982);Queue.get (queue.py:171) 2",
+    # Imports, wherever they are: 7.
+    "thread (100): MainThread;<module> (pipeline/__main__.py:5);"
+    "_find_and_load (<frozen importlib._bootstrap>:1176);<module>"
+    " (apache_beam/__init__.py:86) 7",
+    # Beam, by phase: construction 5 + 1, stage set-up 1 + 3, grouping 4,
+    # data plane 2 + 1 (both PickleCoder), translation 2 + 1, other 1.
+    _APPLY + ";get_signature (apache_beam/typehints/decorators.py:100) 5",
+    _APPLY + f";PickleCoder._create_impl ({_CODERS}:910) 1",
+    _RUN + ";BundleProcessor.__init__"
+    " (apache_beam/runners/worker/bundle_processor.py:1176);"
+    "ThreadPoolExecutor.submit (concurrent/futures/thread.py:176) 1",
+    f"thread (105): ExecutionTreeCreator_0;{_BOOT};Thread.run"
+    " (threading.py:982);_WorkItem.run (concurrent/futures/thread.py:58);"
+    "BundleProcessor.create_execution_tree"
+    " (apache_beam/runners/worker/bundle_processor.py:1205);"
+    "PipelineContext.__init__ (apache_beam/runners/pipeline_context.py:180)"
+    " 3",
+    _BUNDLE + ";DataOutputOperation.finish"
+    " (apache_beam/runners/worker/bundle_processor.py:180);"
+    "GroupingBuffer.append (apache_beam/runners/portability/fn_api_runner"
+    "/execution.py:230) 4",
+    _BUNDLE + f";PickleCoder._create_impl.<locals>.<lambda> ({_CODERS}:915)"
+    " 2",
+    _BUNDLE + f";maybe_dill_loads ({_CODERS}:845) 1",
+    _RUN + ";Pipeline.to_runner_api (apache_beam/pipeline.py:950) 2",
+    _RUN + ";lift_combiners (apache_beam/runners/portability/fn_api_runner"
+    "/translations.py:1000) 1",
+    _MAIN + ";PipelineOptions.view_as"
+    " (apache_beam/options/pipeline_options.py:400) 1",
+    # The project: the innermost of Beam's and the project's frames is the
+    # project's (numpy below it counts for the project): 6 + 3.
+    _BUNDLE + ";_BatchFn.process (transforms/sign.py:39);signature_batch"
+    " (transforms/kernels/compiled_signature.py:79);amax"
+    " (numpy/core/fromnumeric.py:2800) 6",
+    _APPLY + ";NearDedup.expand (transforms/near_dedup.py:50) 3",
+    # Other: the command's entry alone, and no Python frame at all: 2 + 1.
+    "thread (100): MainThread;_run_module_as_main (<frozen runpy>:198);"
+    "<module> (pipeline/__main__.py:7) 2",
+    "thread (100): MainThread 1",
+    "",
+]
+
+
+def test_classify_counts_a_raw_profile():
+  got = beam_share.classify(RAW_PROFILE)
+  assert {k: got[k] for k in ("total", "idle", "beam", "project", "imports",
+                              "other", "pickle")} == {
+      "total": 40, "idle": 10, "beam": 21, "project": 9, "imports": 7,
+      "other": 3, "pickle": 3}
+  assert (got["beam_share"], got["project_share"], got["import_share"],
+          got["other_share"]) == (52.5, 22.5, 17.5, 7.5)
+  assert got["beam_phases"] == {"construction": 6, "stage_setup": 4,
+                                "grouping": 4, "data_plane": 3,
+                                "translation": 3, "other": 1}
+  leaves = got["beam_leaves"]
+  assert sum(leaves.values()) == 21
+  assert list(leaves.items())[:3] == [
+      ("get_signature (apache_beam/typehints/decorators.py)", 5),
+      ("GroupingBuffer.append (apache_beam/runners/portability/fn_api_runner"
+       "/execution.py)", 4),
+      ("PipelineContext.__init__ (apache_beam/runners/pipeline_context.py)",
+       3)]
+  assert got["idle_by_thread"] == {"ExecutionTreeCreator_0": 5,
+                                   "Thread-1": 3, "(104)": 2}
+
+
+def test_classify_rejects_what_is_not_a_py_spy_threads_line():
+  with pytest.raises(ValueError):
+    beam_share.classify(["MainThread;main (pipeline/cli.py:88) 3"])
+  assert beam_share.classify([])["beam_share"] is None
+
+
+def test_a_real_profile_adds_up(tmp_path):
+  if shutil.which("py-spy") is None:
+    pytest.skip("py-spy is not installed (requirements-bench.txt)")
+  directory = str(tmp_path / "c")
+  corpora.write(corpora.seed_style(20, seed=3), directory)
+  argv = run.pipeline_argv(directory, str(tmp_path / "out"),
+                           run.corpus_params("seed-style", 3))
+  r = beam_share.profile_job(argv, str(tmp_path / "raw.txt"))
+  if "error" in r and r["returncode"] != 0:
+    pytest.skip(f"py-spy cannot profile here: {r['error']}")
+  assert "error" not in r, r["error"]
+  assert r["beam"] + r["project"] + r["imports"] + r["other"] == r["total"]
+  assert r["total"] > 0
+  assert r["thread_cpu_s"]["MainThread"] > 0, r
+  assert r["cpus"]["job"] == run.Runner(in_process=False).cpu
 
 
 def test_a_tiny_run_counts_its_median_of_several():
