@@ -1,17 +1,21 @@
 """End-to-end tests through the CLI's ``main(argv)`` on temporary files."""
 
 import bz2
+import collections
 import glob
 import gzip
 import itertools
 import json
 import os
+import pickle
 import re
 
+import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from apache_beam.coders import coders
 
 from pipeline.tools import truth
 from pipeline.cli import main
@@ -334,3 +338,42 @@ def test_compressed_inputs_give_the_outputs_of_uncompressed_ones(
     tmp_path_factory, uncompressed, fmt, suffix):
   assert _compressed_run(tmp_path_factory.getbasetemp(), fmt,
                          suffix) == uncompressed[fmt]
+
+
+@pytest.fixture
+def pickled(monkeypatch):
+  """The types of the values Beam's pickling coders encode from now on:
+  PickleCoder and the like, also as FastPrimitivesCoder's fallback for a
+  type it has no encoding of (a NamedTuple, a numpy array, a Counter).
+  Every such coder gets a recording impl, cached impls included."""
+  seen = collections.Counter()
+
+  def dumps(value):
+    seen[type(value).__name__] += 1
+    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+  real = coders.Coder.get_impl
+
+  def get_impl(self):
+    if isinstance(self, coders._PickleCoderBase):  # pylint: disable=protected-access
+      return coders.coder_impl.CallbackCoderImpl(dumps, pickle.loads)
+    return real(self)
+
+  monkeypatch.setattr(coders.Coder, "get_impl", get_impl)
+  return seen
+
+
+def test_no_value_goes_through_a_pickling_coder(tmp_path, pickled):
+  # The instrument sees what the fallback pickles.
+  probe = beam.coders.FastPrimitivesCoder()
+  probe.decode(probe.encode(collections.Counter(a=1)))
+  assert pickled.pop("Counter") == 1 and not pickled
+  run(tmp_path, [SAMPLE], name="plain")  # with rejected records
+  run(tmp_path, [SAMPLE], "--verify", "signature", "--keep", "longest",
+      "--annotate", "true", "--removal_list", "true", name="signature")
+  files = sorted(glob.glob(SAMPLE))
+  first, second = files[:1], files[1:]
+  index = str(tmp_path / "index")
+  run(tmp_path, first, "--index_out", index, name="indexed")
+  run(tmp_path, second, "--against", index, name="against")
+  assert not pickled, dict(pickled)

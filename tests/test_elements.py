@@ -1,6 +1,8 @@
 """The named elements between the batch stages and their coders: exact round
 trips, and no hot-path PCollection left to Beam's pickling fallback."""
 
+import collections
+
 import apache_beam as beam
 import numpy as np
 import pytest
@@ -238,3 +240,23 @@ def test_served_values_round_trip_without_pickling(monkeypatch):
   assert decoded.values.dtype == object
   assert decoded.values.tolist() == values.tolist()
   assert isinstance(decoded.values[2], tuple)
+
+
+def test_plain_field_records_round_trip_through_their_registered_coders():
+  from transforms import metrics, read, report  # pylint: disable=import-outside-toplevel
+  values = [
+      read.InputFile(3, "/data/a b.jsonl", "jsonl", 1 << 40),
+      read.Document(7, "caf\u00e9", {"k": [1, None]}, b'{"text": "x"}\n'),
+      read.Rejected(9, "/d.jsonl", 4, "malformed_json", "line 1", "{x"),
+      report.Summary([(4, 10)], {4: [(True, 5, 0.75, False)]}, {4: 0.5}, 2)]
+  for value in values:
+    coder = beam.coders.registry.get_coder(type(value))
+    assert isinstance(coder, elements.FieldsCoder), coder
+    decoded = coder.decode(coder.encode(value))
+    assert type(decoded) is type(value) and decoded == value
+  assert beam.coders.registry.get_coder(read.InputFile).is_deterministic()
+  assert not beam.coders.registry.get_coder(report.Summary).is_deterministic()
+  counts = collections.Counter({"docs_in": 3, "worker_ms_x": 1.5})
+  coder = metrics.SumByName().get_accumulator_coder()
+  decoded = coder.decode(coder.encode(counts))
+  assert type(decoded) is collections.Counter and decoded == counts

@@ -459,6 +459,37 @@ class RouteByShard(beam.DoFn):
     return self.outputs.flush()
 
 
+class FieldsCoder(ElementCoder):
+  """Coder of the NamedTuple ``TYPE`` whose fields are plain values (int,
+  float, str, bool, None, and lists, tuples and dicts of them): the fields
+  as a plain tuple through Beam's ``FastPrimitivesCoder``, which encodes
+  those natively but pickles a NamedTuple. Deterministic where the fields
+  hold no dict (``DETERMINISTIC``)."""
+
+  def __init__(self):
+    self._fields = beam.coders.FastPrimitivesCoder()
+
+  def encode(self, value) -> bytes:
+    return self._fields.encode(tuple(value))
+
+  def decode(self, encoded: bytes):
+    return self.TYPE(*self._fields.decode(encoded))
+
+
+def fields_coder(element_type, module: str, deterministic: bool = True
+                 ) -> type:
+  """The :class:`FieldsCoder` of ``element_type``, named ``<type>Coder``
+  and registered with Beam's coder registry; assign it to that name in
+  ``module`` (its ``__name__``), so it pickles by reference."""
+  name = f"{element_type.__name__}Coder"
+  coder = type(name, (FieldsCoder,), {"TYPE": element_type,
+                                      "DETERMINISTIC": deterministic,
+                                      "__module__": module,
+                                      "__qualname__": name})
+  beam.coders.registry.register_coder(element_type, coder)
+  return coder
+
+
 def _arrays_coder(element_type) -> type:
   """The :class:`ArraysCoder` of ``element_type``, named ``<type>Coder``
   (a module attribute of that name, so it pickles by reference)."""

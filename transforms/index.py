@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -406,8 +406,11 @@ class _RouteSignaturesFn(beam.DoFn):
       yield shard, SignatureBatch(shard_ids, shard_sigs)
 
 
+@beam.typehints.with_output_types(Tuple[int, Tuple[List[int], List[Any]]])
 class _RouteUsersFn(beam.DoFn):
-  """``(doc_id, user id)`` batches → ``(node shard, (ids, JSON ids))``."""
+  """``(doc_id, user id)`` batches → ``(node shard, (ids, JSON ids))``, as
+  lists (Beam's coders encode those natively; an array they would
+  pickle)."""
 
   def __init__(self, num_shards: int):
     self._num_shards = num_shards
@@ -418,7 +421,7 @@ class _RouteUsersFn(beam.DoFn):
                       for _, u in batch], dtype=object)
     for shard, (shard_ids, shard_users) in lsh_kernels.split_by_shard(
         lsh_kernels.node_shard(ids, self._num_shards), ids, users):
-      yield shard, (shard_ids, shard_users.tolist())
+      yield shard, (shard_ids.tolist(), shard_users.tolist())
 
 
 def _route_cluster(element, num_shards: int):
@@ -442,7 +445,7 @@ class _DocRowsFn(beam.DoFn):
     ids, sigs = lsh_kernels.concat_arrays(grouped["signatures"])
     users = {}
     for user_ids, values in grouped["users"]:
-      users.update(zip(user_ids.tolist(), values))
+      users.update(zip(user_ids, values))
     removed = {doc_id for doc_id, kept in grouped["clusters"] if not kept}
     files, rows = split_doc_id(ids)
     table = pa.table({

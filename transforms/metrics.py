@@ -202,6 +202,32 @@ class SumByName(beam.CombineFn):
   def extract_output(self, totals):
     return dict(sorted(totals.items()))
 
+  def get_accumulator_coder(self):
+    return CountsCoder()
+
+
+class CountsCoder(beam.coders.Coder):
+  """:class:`SumByName`'s accumulator (a Counter) as a plain dict through
+  Beam's ``FastPrimitivesCoder``, which pickles a Counter."""
+
+  def __init__(self):
+    self._dict = beam.coders.FastPrimitivesCoder()
+
+  def encode(self, value) -> bytes:
+    return self._dict.encode(dict(value))
+
+  def decode(self, encoded: bytes):
+    return collections.Counter(self._dict.decode(encoded))
+
+  def is_deterministic(self) -> bool:
+    return False
+
+  def __eq__(self, other):
+    return type(self) is type(other)
+
+  def __hash__(self):
+    return hash(type(self))
+
 
 class BundleCounts:
   """Sums counts over a bundle and emits each once, from ``finish_bundle``,

@@ -22,7 +22,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
-from transforms.elements import TextBatch
+from transforms.elements import TextBatch, fields_coder
 
 # doc_id = file_index << ROW_BITS | row: ids follow input order (files sorted
 # by path, then rows), independent of bundling, and fit in a signed int64.
@@ -90,6 +90,12 @@ class InputFile(NamedTuple):
   path: str
   format: str
   size: int
+
+
+InputFileCoder = fields_coder(InputFile, __name__)
+# A Parquet record's dict (and any user id) may hold values of any type.
+DocumentCoder = fields_coder(Document, __name__, deterministic=False)
+RejectedCoder = fields_coder(Rejected, __name__)
 
 
 class InputChangedError(RuntimeError):
@@ -270,13 +276,14 @@ class ReadDocuments(beam.PTransform):
     files = (pbegin
              | "CreatePatterns" >> beam.Create([self._patterns])
              | "MatchFiles" >> beam.FlatMap(expand_inputs, self._input_format,
-                                            self._first_index))
+                                            self._first_index)
+             .with_output_types(InputFile))
     read = (files
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadFiles" >> beam.ParDo(
                 _ReadFileFn(self._text_field, self._id_field,
                             self._documents))
-            .with_output_types(Any, batches=TextBatch, rejected=Any,
+            .with_output_types(Document, batches=TextBatch, rejected=Rejected,
                                **{metrics.COUNTS: Any})
             .with_outputs("batches", "rejected", metrics.COUNTS,
                           main="documents"))

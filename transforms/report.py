@@ -16,6 +16,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms import metrics
 from transforms import report_render
+from transforms.elements import fields_coder
 from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
 from transforms.read import read_file, split_doc_id
@@ -138,6 +139,8 @@ class Summary(NamedTuple):
 
 
 _NO_CLUSTERS = Summary([], {}, {}, 0)
+# Its dicts make it no grouping key; it is only ever a side input.
+SummaryCoder = fields_coder(Summary, __name__, deterministic=False)
 
 
 @beam.typehints.with_output_types(Tuple[int, List[Tuple[int, Any]]])
@@ -232,6 +235,7 @@ class _ClusterFn(beam.CombineFn):
     return size, lowest, heapq.nsmallest(MEMBERS_SHOWN, members)
 
 
+@beam.typehints.with_output_types(Summary)
 class _LargestFn(beam.CombineFn):
   """The shards' partial summaries ``(largest clusters, chain count)`` →
   the :class:`Summary` of the ``LARGEST_CLUSTERS`` largest (ties: lowest
