@@ -167,7 +167,7 @@ class _DistinctFn(beam.DoFn):
   def process(self, element):
     shard, joined = element
     c = self._config
-    parts = [tuple(batch) for batch in joined["edges"]]
+    parts = list(joined["edges"])
     if joined["large"]:
       src, dst, _ = lsh_kernels.large_bucket_pairs(
           *lsh_kernels.concat_arrays(joined["large"]),
