@@ -36,6 +36,7 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 from bench import corpora  # noqa: E402  (needs ROOT on sys.path)
+from transforms.finalize import SUCCESS_FILE  # noqa: E402
 
 BEAM_LIMIT = 30.0  # % of the non-idle samples (issue 12, target 4)
 RATE = 100  # samples per second
@@ -241,6 +242,13 @@ def _read_cpu(pid: int, ticks: dict, comm: dict) -> None:
       continue
 
 
+def _mtime_ns(path: Optional[str]) -> Optional[int]:
+  try:
+    return None if path is None else os.stat(path).st_mtime_ns
+  except OSError:
+    return None
+
+
 def _tail(data: bytes, limit: int = 2000) -> str:
   return data.decode("utf-8", "replace")[-limit:]
 
@@ -257,20 +265,22 @@ def profile_job(argv: List[str], raw_path: str, rate: int = RATE) -> dict:
   named goes by its /proc comm; "(between readings)" is the rest of
   ``cpu_s``: threads that started and ended between two readings, and what
   threads used after their last), ``cpus`` and ``returncode`` (py-spy's; None
-  when it could not be started). Never raises: a job that fails, a py-spy
-  that is missing or cannot attach (ptrace not permitted), or an unreadable
-  profile give an ``error`` entry with the output's tail instead.
+  when it could not be started). Never raises: a job that fails (it wrote
+  no new ``_SUCCESS`` in its ``--output``), a py-spy that is missing or
+  cannot attach (ptrace not permitted), or an unreadable profile give an
+  ``error`` entry with the output's tail instead.
   """
   cpus = sorted(os.sched_getaffinity(0))
   job_cpu = cpus[-1]
   spy_cpu = cpus[0]
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep
              + os.environ.get("PYTHONPATH", ""))
-  # Log lines of py-spy on stderr would read as a failed job (below).
   env.pop("RUST_LOG", None)
-  # --capture: py-spy does not pass on the job's exit status and reaps the
-  # job itself, but prints the job's output to its stderr exactly when the
-  # job did not exit 0 (a bare newline when it printed nothing).
+  # py-spy does not pass on the job's exit status (it reaps the job itself),
+  # and a job that succeeds may still print to stderr (gRPC's epoll warnings
+  # at exit): the job succeeded when it wrote its output folder's _SUCCESS
+  # anew (written last, only by a successful run). --capture keeps the
+  # job's output off the terminal.
   cmd = ["py-spy", "record", "--format", "raw", "--threads", "--capture",
          "--rate", str(rate), "-o", raw_path, "--",
          sys.executable, "-m", "pipeline"] + list(argv)
@@ -278,6 +288,9 @@ def profile_job(argv: List[str], raw_path: str, rate: int = RATE) -> dict:
   # Dirty pages of an earlier run being written back slow the next one's
   # start (see bench/run.py's Runner._spawn).
   os.sync()
+  success = (os.path.join(argv[argv.index("--output") + 1], SUCCESS_FILE)
+             if "--output" in argv else None)
+  before = _mtime_ns(success)
   mask = os.sched_getaffinity(0)
   ticks, comm = {}, {}
   with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -311,7 +324,8 @@ def profile_job(argv: List[str], raw_path: str, rate: int = RATE) -> dict:
     out.seek(0)
     err.seek(0)
     stdout, stderr = out.read(), err.read()
-  if spy.returncode != 0 or stderr:
+  written = _mtime_ns(success)
+  if spy.returncode != 0 or written is None or written == before:
     what = ("py-spy failed" if spy.returncode else
             "the job failed" + ("" if stderr.strip() else
                                 " without output (killed by a signal?)"))

@@ -297,6 +297,22 @@ def test_a_real_profile_adds_up(tmp_path):
   assert r["cpus"]["job"] == run.Runner(in_process=False).cpu
 
 
+def test_a_failed_job_is_an_error_even_beside_an_earlier_success(tmp_path):
+  if shutil.which("py-spy") is None:
+    pytest.skip("py-spy is not installed (requirements-bench.txt)")
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "_SUCCESS").write_text("{}")  # an earlier run's
+  argv = run.pipeline_argv(str(tmp_path / "c"), str(out),
+                           run.corpus_params("seed-style", 3))
+  r = beam_share.profile_job(argv + ["--no_such_flag", "1"],
+                             str(tmp_path / "raw.txt"))
+  if r["returncode"] != 0:
+    pytest.skip(f"py-spy cannot profile here: {r['error']}")
+  assert r["error"].startswith("the job failed"), r
+  assert "no_such_flag" in r["error"]
+
+
 def test_a_tiny_run_counts_its_median_of_several():
   runs = [{"seconds": s, "docs": 20} for s in (3.4, 2.1, 9.0, 2.5, 2.2)]
   got = run.median_run(runs)
