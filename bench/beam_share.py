@@ -327,8 +327,7 @@ def profile_job(argv: List[str], raw_path: str, rate: int = RATE) -> dict:
   written = _mtime_ns(success)
   if spy.returncode != 0 or written is None or written == before:
     what = ("py-spy failed" if spy.returncode else
-            "the job failed" + ("" if stderr.strip() else
-                                " without output (killed by a signal?)"))
+            f"the job failed (no new {SUCCESS_FILE} in its output)")
     return dict(result, error=f"{what}: {_tail(stderr or stdout)}")
   try:
     with open(raw_path, encoding="utf-8") as f:
