@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Tuple
 
 import apache_beam as beam
-import numpy as np
 
 from transforms import metrics
 from transforms.config import DedupConfig
@@ -22,6 +21,7 @@ from transforms.elements import (BucketMembers, EdgeBatch, RouteByShard,
                                  ShardOutputs, SignedMembers, key_columns)
 from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
+from transforms.verify import sorted_values
 
 
 class FindCandidates(beam.PTransform):
@@ -147,9 +147,8 @@ class _SignMembersFn(RouteByShard):
     if not joined["members"]:
       return
     keys, anchors, ids = lsh_kernels.concat_arrays(joined["members"])
-    known, digests = lsh_kernels.concat_arrays(joined["digests"])
-    order = np.argsort(known)
-    digests = digests[order[lsh_kernels.rows_of(known[order], ids)]]
+    known, digests = sorted_values(joined["digests"])
+    digests = digests[lsh_kernels.rows_of(known, ids)]
     yield metrics.shuffled("large_buckets", keys.nbytes + anchors.nbytes
                            + ids.nbytes + digests.nbytes)
     yield from self.outputs.add_rows(
@@ -176,8 +175,6 @@ class _DistinctFn(beam.DoFn):
         new = dst >= self._first_new_id
         src, dst = src[new], dst[new]
       parts.append((src, dst))
-    if not parts:
-      return
     src, dst = lsh_kernels.distinct_edges(*lsh_kernels.concat_arrays(parts))
     if not len(src):
       return

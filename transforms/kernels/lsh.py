@@ -256,13 +256,14 @@ def large_bucket_pairs(keys: np.ndarray, anchors: np.ndarray,
   ids = np.asarray(ids, dtype=np.int64)
   anchors = np.asarray(anchors, dtype=np.int64)
   digests = np.asarray(digests, dtype=np.uint64)
+  empty = np.zeros(0, dtype=np.int64)
+  src, dst, anchor = [empty], [empty], [empty]
   order = np.lexsort((ids, keys))
   keys, ids, anchors, digests = (keys[order], ids[order], anchors[order],
                                  digests[order])
-  starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])[:len(keys)]
-  ends = np.r_[starts[1:], len(keys)].astype(np.int64)
-  empty = np.zeros(0, dtype=np.int64)
-  src, dst, anchor = [empty], [empty], [empty]
+  starts = (np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys)
+            else empty)
+  ends = np.r_[starts[1:], len(keys)]
   for lo, hi in zip(starts.tolist(), ends.tolist()):
     s, d = _large_bucket_pairs(ids[lo:hi], digests[lo:hi], exhaustive, hubs)
     src.append(s)
