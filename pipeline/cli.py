@@ -107,10 +107,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 def choose_runner(opts: PipelineOptions) -> str:
   """Sets the runner when none is given, and points Prism (also the one the
   stock DirectRunner tries first) at the binary ``scripts/install_prism.sh``
-  cached, so that Beam never tries to download one. Returns the runner.
+  cached, and FlinkRunner at the job server ``scripts/install_flink.sh``
+  cached, so that Beam never tries to download either. Returns the runner.
 
   Raises:
-    ValueError: PrismRunner was asked for and no Prism binary is known.
+    ValueError: PrismRunner or FlinkRunner was asked for and its engine is
+      not installed, or --flink_version names another Flink than the
+      installed job server's.
   """
   standard = opts.view_as(StandardOptions)
   if standard.runner is None:
@@ -126,6 +129,8 @@ def choose_runner(opts: PipelineOptions) -> str:
       print(f"note: DirectRunner: {engines.missing_prism_reason()}; Beam will"
             " try to download Prism, then fall back to its in-process runner.",
             file=sys.stderr)
+  if runner == "FlinkRunner":
+    engines.configure_flink(opts)
   if runner in PRISM_RUNNERS:
     # Beam logs every start and stop of the Prism subprocess as a warning.
     logging.getLogger("apache_beam.utils.subprocess_server").setLevel(

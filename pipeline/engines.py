@@ -1,5 +1,7 @@
 """Where the local engines are: Beam's Prism runner built by
-``scripts/install_prism.sh`` at the pinned Beam version.
+``scripts/install_prism.sh`` at the pinned Beam version, and the Flink job
+server (and Flink distribution) that ``scripts/install_flink.sh`` assembles
+at the versions of ``templates/flink/versions.env``.
 
 Nothing here downloads anything: a missing engine is reported with the
 command that installs it.
@@ -11,10 +13,14 @@ import os
 from typing import Optional
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import (FlinkRunnerOptions,
+                                                  PipelineOptions)
 
 BEAM_VERSION = beam.__version__
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTALL_PRISM = "scripts/install_prism.sh"
+INSTALL_FLINK = "scripts/install_flink.sh"
+FLINK_VERSIONS_FILE = os.path.join(ROOT, "templates", "flink", "versions.env")
 
 
 def engines_cache() -> str:
@@ -42,3 +48,82 @@ def missing_prism_reason() -> str:
   """Why Prism cannot be used here, naming the script that fixes it."""
   return (f"Prism for Beam {BEAM_VERSION} is not installed at {prism_path()};"
           f" run {INSTALL_PRISM} (needs Go) to build it")
+
+
+def flink_versions() -> dict:
+  """``templates/flink/versions.env`` as a dict (BEAM_FLINK_RUNNER, FLINK)."""
+  out = {}
+  with open(FLINK_VERSIONS_FILE, encoding="utf-8") as f:
+    for line in f:
+      line = line.strip()
+      if line and not line.startswith("#") and "=" in line:
+        key, value = line.split("=", 1)
+        out[key.strip()] = value.strip()
+  return out
+
+
+def flink_minor() -> str:
+  """The Flink ``major.minor`` the pinned runner is built for (1.19)."""
+  return flink_versions()["FLINK"].rsplit(".", 1)[0]
+
+
+def flink_job_server_path() -> str:
+  """Where ``scripts/install_flink.sh`` puts the job server's thin jar."""
+  v = flink_versions()
+  return os.path.join(engines_cache(), "flink",
+                      f"beam-{v['BEAM_FLINK_RUNNER']}-flink-{flink_minor()}",
+                      "beam-flink-job-server.jar")
+
+
+def find_flink_job_server() -> Optional[str]:
+  """The cached Flink job-server jar, or None."""
+  path = flink_job_server_path()
+  return path if os.path.isfile(path) else None
+
+
+def flink_home_path() -> str:
+  """Where ``scripts/install_flink.sh cluster`` assembles Flink."""
+  return os.path.join(engines_cache(), "flink",
+                      f"flink-{flink_versions()['FLINK']}")
+
+
+def find_flink_home() -> Optional[str]:
+  """The cached Flink distribution (FLINK_HOME), or None."""
+  path = flink_home_path()
+  return path if os.access(os.path.join(path, "bin", "jobmanager.sh"),
+                           os.X_OK) else None
+
+
+def missing_flink_reason(cluster: bool = False) -> str:
+  """Why Flink cannot be used here, naming the script that fixes it."""
+  if cluster:
+    return (f"no Flink distribution at {flink_home_path()}; run"
+            f" {INSTALL_FLINK} cluster (needs Java, Maven and pip)")
+  return (f"the Flink job server is not installed at"
+          f" {flink_job_server_path()}; run {INSTALL_FLINK} (needs Java and"
+          " Maven)")
+
+
+def configure_flink(opts: PipelineOptions) -> None:
+  """Points FlinkRunner at the cached job server and its Flink version.
+
+  Raises:
+    ValueError: no job server is given or cached, or --flink_version differs
+      from the cached server's Flink.
+  """
+  flink = opts.view_as(FlinkRunnerOptions)
+  if not flink.flink_job_server_jar:
+    flink.flink_job_server_jar = find_flink_job_server()
+    if flink.flink_job_server_jar is None:
+      raise ValueError(f"--runner FlinkRunner: {missing_flink_reason()}"
+                       ", or pass --flink_job_server_jar.")
+  minor = flink_minor()
+  given = opts.get_all_options(drop_default=True).get("flink_version")
+  if given is not None and given != minor and (
+      flink.flink_job_server_jar == find_flink_job_server()):
+    raise ValueError(
+        f"--flink_version {given}: the installed job server"
+        f" ({flink_job_server_path()}) runs Flink {minor}; drop the"
+        " flag, or pass --flink_job_server_jar for that Flink")
+  if given is None:
+    flink.flink_version = minor

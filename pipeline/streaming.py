@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import (DebugOptions,
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.engines import INSTALL_PRISM, find_prism
+from pipeline.engines import INSTALL_PRISM, configure_flink, find_prism
 from pipeline.options import CLI_ONLY, DedupOptions, config_from_options
 from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
                                StreamConfig, parse_duration_ms)
@@ -368,6 +368,8 @@ def main(argv: Optional[List[str]] = None) -> int:
   if options.view_as(StandardOptions).runner.endswith(_MAYBE_PRISM):
     options.view_as(DebugOptions).add_experiment(PRISM_NO_SPLIT)
   try:
+    if options.view_as(StandardOptions).runner.endswith("FlinkRunner"):
+      configure_flink(options)
     config = stream_config(options)
     check_io(options)
     files = options.view_as(DedupOptions)

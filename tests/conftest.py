@@ -16,6 +16,11 @@ SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
                       "sample", "*.jsonl")
 
 
+def pytest_sessionfinish(session, exitstatus):
+  del session, exitstatus
+  engines.stop_services()
+
+
 @pytest.fixture(autouse=True)
 def _current_test(request):
   engines.current_test = request.node

@@ -1,12 +1,20 @@
 """The engine tier: every end-to-end CLI test also runs on a real Beam engine.
 
-With ``NEARDUP_ENGINE=prism`` (what ``.ci/run``'s engine tier sets), each
-``pipeline.cli.main(argv)`` call a test makes runs twice: first on the
-in-process FnApiRunner into a temporary twin folder, then on Prism into the folder
-the test asked for, and the two output trees must be byte-identical (timing
-fields aside, see ``tests.corpus.tree_bytes``) with the same exit code. The
-test itself then checks Prism's outputs as usual. Calls that pick their own
-``--runner`` run once, unchanged.
+With ``NEARDUP_ENGINE=prism`` or ``flink`` (what ``.ci/run``'s engine tiers
+set), each ``pipeline.cli.main(argv)`` call a test makes runs twice: first on
+the in-process FnApiRunner into a temporary twin folder, then on the engine
+into the folder the test asked for, and the two output trees must be
+byte-identical (timing fields aside, see ``tests.corpus.tree_bytes``) with the
+same exit code. The test itself then checks the engine's outputs as usual.
+Calls that pick their own ``--runner`` run once, unchanged.
+
+Flink is embedded Flink (``--flink_master [local]``): one Beam Flink job
+server, the one ``FlinkRunner`` would start for each job, is started once for
+the session (``scripts/install_flink.sh`` installs it) and every job is
+submitted to it with ``PortableRunner --job_endpoint`` and a LOOPBACK worker;
+the job server runs each job on its own embedded Flink mini-cluster, as under
+``FlinkRunner``. Starting it per job would cost ~15 s of 25 s per job.
+``stop_services()`` (conftest's session finish) stops it by its group id.
 """
 
 from __future__ import annotations
@@ -21,10 +29,11 @@ from typing import Callable, List, Optional
 import pytest
 
 from pipeline import engines
+from tests import services
 from tests.corpus import tree_bytes
 
 ENGINE_ENV = "NEARDUP_ENGINE"
-ENGINES = ("prism",)
+ENGINES = ("prism", "flink")
 # Output folder -> its FnApiRunner twin, outside the test's folders (so no
 # input glob of the test can match it); the same twin for every call with the
 # same output, so that a rerun meets the outputs of the first run there too.
@@ -45,6 +54,50 @@ def require_prism() -> str:
   if path is None:
     pytest.skip(engines.missing_prism_reason())
   return path
+
+
+def require_flink_job_server() -> str:
+  """The cached Flink job-server jar, or skips the calling test."""
+  path = engines.find_flink_job_server()
+  if path is None:
+    pytest.skip(engines.missing_flink_reason())
+  return path
+
+
+# The session's embedded-Flink job server (started on the first Flink job).
+_flink_server: Optional[services.Service] = None
+
+
+def flink_job_server() -> services.Service:
+  """The session's Flink job server on ``[local]``, started once."""
+  global _flink_server
+  if _flink_server is None or _flink_server.proc.poll() is not None:
+    jar = require_flink_job_server()
+    port = services.free_port()
+    log_dir = tempfile.mkdtemp(prefix="neardup-flink-job-server-")
+    _flink_server = services.Service(
+        "flink-job-server",
+        ["java", "-jar", jar, "--flink-master", "[local]", "--job-port",
+         str(port), "--artifact-port", "0", "--expansion-port", "0"], port,
+        log_dir).wait_listening(120)
+  return _flink_server
+
+
+def stop_services() -> None:
+  """Stops what the engine tier started (called at the session's end)."""
+  global _flink_server
+  if _flink_server is not None:
+    _flink_server.stop()
+    _flink_server = None
+
+
+def engine_argv(engine: str) -> List[str]:
+  """The flags that run a job on ``engine``."""
+  if engine == "prism":
+    return ["--runner", "PrismRunner", "--prism_location", require_prism()]
+  server = flink_job_server()
+  return ["--runner", "PortableRunner", "--job_endpoint",
+          f"localhost:{server.port}", "--environment_type", "LOOPBACK"]
 
 
 def _flag_value(argv: List[str], flag: str) -> Optional[str]:
@@ -131,10 +184,10 @@ def cross_checked(main: Callable[[Optional[List[str]]], int],
       raise AssertionError(
           f"{current_test.nodeid} runs the batch job through pipeline.cli."
           "main: mark it @pytest.mark.e2e so that the engine tier also runs"
-          " it on Prism")
+          " it on Prism and Flink")
     if not engine:
       return main(argv)
-    prism = require_prism()
+    engine_flags = engine_argv(engine)
     reference = _reference_for(output)
     ref_argv = _with_flag(argv, "--output", reference)
     # An index the run writes has its twin too (and is compared like it).
@@ -147,15 +200,16 @@ def cross_checked(main: Callable[[Optional[List[str]]], int],
     with contextlib.redirect_stdout(io.StringIO()), \
         contextlib.redirect_stderr(io.StringIO()):
       ref_code = main(ref_argv + ["--runner", "FnApiRunner"])
-    code = main(argv + ["--runner", "PrismRunner", "--prism_location", prism])
+    code = main(argv + engine_flags)
     assert code == ref_code, (
-        f"exit code {code} on Prism, {ref_code} on FnApiRunner: {argv}")
+        f"exit code {code} on {engine}, {ref_code} on FnApiRunner: {argv}")
     for ours_at, ref_at in pairs if code == 0 else ():
       ours, ref = _comparable(tree_bytes(ours_at)), _comparable(
           tree_bytes(ref_at))
       assert sorted(ours) == sorted(ref), (sorted(ours), sorted(ref))
       differing = [name for name in ref if ours[name] != ref[name]]
-      assert not differing, f"Prism outputs differ from FnApiRunner's: {differing}"
+      assert not differing, (
+          f"{engine} outputs differ from FnApiRunner's: {differing}")
     return code
 
   return run_on_both

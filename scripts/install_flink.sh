@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Installs what Beam's FlinkRunner needs, offline after the first run, into the
+# engines cache (as scripts/install_prism.sh does for Prism), and prints the
+# path asked for.
+#
+#   scripts/install_flink.sh              # the job-server jar (Maven, ~30 s once)
+#   scripts/install_flink.sh cluster      # also a Flink distribution (PyPI,
+#                                         # ~250 MB once); prints its FLINK_HOME
+#
+# Versions: templates/flink/versions.env, which says why they are these. The job
+# server is Beam's org.apache.beam.runners.flink.FlinkJobServerDriver from the
+# non-shaded beam-runners-flink-1.19 and its dependencies; a thin jar whose
+# manifest names that Main-Class and lists the jars on its Class-Path is what
+# --flink_job_server_jar takes (Beam runs `java -jar` on it). The CLI finds
+# it by itself for --runner FlinkRunner, so Beam never tries to download one.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=../templates/flink/versions.env
+source "$ROOT/templates/flink/versions.env"
+WHAT="${1:-job-server}"
+case "$WHAT" in job-server|cluster) ;; *)
+  echo "usage: $0 [job-server|cluster]" >&2; exit 2;; esac
+CACHE="${NEARDUP_ENGINES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/neardup-engines}"
+FLINK_MINOR="${FLINK%.*}"
+SERVER="$CACHE/flink/beam-$BEAM_FLINK_RUNNER-flink-$FLINK_MINOR"
+JAR="$SERVER/beam-flink-job-server.jar"
+HOME_DIR="$CACHE/flink/flink-$FLINK"
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || {
+    echo "install_flink: $1 is not installed ($2)" >&2; exit 1; }
+}
+
+install_job_server() {
+  [[ -f "$JAR" ]] && return 0
+  need java "Flink and its job server run on Java 11 or 17"
+  need mvn "the runner and its dependencies come from Maven"
+  need jar "the JDK's jar tool builds the thin jar"
+  mkdir -p "$CACHE/flink"
+  local tmp
+  tmp="$(mktemp -d "$CACHE/flink/.server.XXXXXX")"
+  trap 'rm -rf "$tmp"' RETURN
+  # slf4j-simple: without a binding the job server logs nothing at all.
+  cat > "$tmp/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>neardup</groupId><artifactId>flink-job-server</artifactId>
+  <version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.beam</groupId>
+      <artifactId>beam-runners-flink-$FLINK_MINOR</artifactId>
+      <version>$BEAM_FLINK_RUNNER</version></dependency>
+    <dependency><groupId>org.slf4j</groupId>
+      <artifactId>slf4j-simple</artifactId><version>1.7.30</version></dependency>
+  </dependencies>
+</project>
+POM
+  mvn -q -B -f "$tmp/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$tmp/server/jars" >&2
+  {
+    echo "Manifest-Version: 1.0"
+    echo "Main-Class: org.apache.beam.runners.flink.FlinkJobServerDriver"
+    echo "Class-Path: ."
+    for j in "$tmp"/server/jars/*.jar; do echo "  jars/$(basename "$j")"; done
+  } > "$tmp/MANIFEST.MF"
+  mkdir -p "$tmp/empty"
+  jar cfm "$tmp/server/beam-flink-job-server.jar" "$tmp/MANIFEST.MF" \
+      -C "$tmp/empty" .
+  # Moved into place last: an interrupted run never leaves a half install.
+  rm -rf "$SERVER"
+  mv "$tmp/server" "$SERVER"
+}
+
+install_cluster() {
+  [[ -x "$HOME_DIR/bin/jobmanager.sh" ]] && return 0
+  need python3 "pip downloads the Flink distribution from PyPI"
+  mkdir -p "$CACHE/flink"
+  local tmp
+  tmp="$(mktemp -d "$CACHE/flink/.dist.XXXXXX")"
+  trap 'rm -rf "$tmp"' RETURN
+  python3 -m pip download -q --no-deps --no-binary :all: \
+      "apache-flink-libraries==$FLINK" -d "$tmp/dl" >&2
+  python3 -m pip download -q --no-deps --only-binary :all: \
+      --python-version 3.11 --platform manylinux1_x86_64 \
+      "apache-flink==$FLINK" -d "$tmp/dl" >&2
+  mkdir -p "$tmp/home" "$tmp/src" "$tmp/whl"
+  tar xzf "$tmp/dl/apache-flink-libraries-$FLINK.tar.gz" -C "$tmp/src"
+  local deps="$tmp/src/apache-flink-libraries-$FLINK/deps"
+  mv "$deps/lib" "$deps/opt" "$deps/plugins" "$tmp/home/"
+  python3 -m zipfile -e "$tmp"/dl/apache_flink-"$FLINK"-*.whl "$tmp/whl"
+  mv "$tmp/whl/pyflink/bin" "$tmp/whl/pyflink/conf" "$tmp/home/"
+  # bin/ relies on bash-java-utils.jar beside its scripts.
+  cp "$deps/bin/bash-java-utils.jar" "$tmp/home/bin/"
+  chmod +x "$tmp"/home/bin/*.sh "$tmp/home/bin/flink"
+  mkdir -p "$tmp/home/log"
+  rm -rf "$HOME_DIR"
+  mv "$tmp/home" "$HOME_DIR"
+}
+
+install_job_server
+if [[ "$WHAT" == cluster ]]; then
+  install_cluster
+  echo "$HOME_DIR"
+else
+  echo "$JAR"
+fi
