@@ -69,9 +69,9 @@ def flink_minor() -> str:
 
 def flink_job_server_path() -> str:
   """Where ``scripts/install_flink.sh`` puts the job server's thin jar."""
-  v = flink_versions()
+  runner = flink_versions()["BEAM_FLINK_RUNNER"]
   return os.path.join(engines_cache(), "flink",
-                      f"beam-{v['BEAM_FLINK_RUNNER']}-flink-{flink_minor()}",
+                      f"beam-{runner}-flink-{flink_minor()}",
                       "beam-flink-job-server.jar")
 
 
@@ -81,24 +81,8 @@ def find_flink_job_server() -> Optional[str]:
   return path if os.path.isfile(path) else None
 
 
-def flink_home_path() -> str:
-  """Where ``scripts/install_flink.sh cluster`` assembles Flink."""
-  return os.path.join(engines_cache(), "flink",
-                      f"flink-{flink_versions()['FLINK']}")
-
-
-def find_flink_home() -> Optional[str]:
-  """The cached Flink distribution (FLINK_HOME), or None."""
-  path = flink_home_path()
-  return path if os.access(os.path.join(path, "bin", "jobmanager.sh"),
-                           os.X_OK) else None
-
-
-def missing_flink_reason(cluster: bool = False) -> str:
+def missing_flink_reason() -> str:
   """Why Flink cannot be used here, naming the script that fixes it."""
-  if cluster:
-    return (f"no Flink distribution at {flink_home_path()}; run"
-            f" {INSTALL_FLINK} cluster (needs Java, Maven and pip)")
   return (f"the Flink job server is not installed at"
           f" {flink_job_server_path()}; run {INSTALL_FLINK} (needs Java and"
           " Maven)")
@@ -119,8 +103,9 @@ def configure_flink(opts: PipelineOptions) -> None:
                        ", or pass --flink_job_server_jar.")
   minor = flink_minor()
   given = opts.get_all_options(drop_default=True).get("flink_version")
-  if given is not None and given != minor and (
-      flink.flink_job_server_jar == find_flink_job_server()):
+  # Also an explicit --flink_job_server_jar that is the installed one.
+  if (given is not None and given != minor
+      and flink.flink_job_server_jar == find_flink_job_server()):
     raise ValueError(
         f"--flink_version {given}: the installed job server"
         f" ({flink_job_server_path()}) runs Flink {minor}; drop the"

@@ -85,14 +85,17 @@ def test_default_runner_is_fnapi_and_prism_runners_get_the_cached_binary():
   assert given.view_as(PrismRunnerOptions).prism_location == "/opt/p"
 
 
-def test_prism_runner_without_binary_exits_2_naming_the_script(
-    monkeypatch, tmp_path, capsys, corpus):
+@pytest.mark.parametrize("runner,script,flag", [
+    ("PrismRunner", "scripts/install_prism.sh", "--prism_location"),
+    ("FlinkRunner", "scripts/install_flink.sh", "--flink_job_server_jar")])
+def test_engine_runner_not_installed_exits_2_naming_the_script(
+    monkeypatch, tmp_path, capsys, corpus, runner, script, flag):
   monkeypatch.setenv("NEARDUP_ENGINES_CACHE", str(tmp_path / "empty"))
   code = cli.main(["--input", corpus, "--output", str(tmp_path / "out"),
-                   "--runner", "PrismRunner"])
+                   "--runner", runner])
   assert code == 2
   err = capsys.readouterr().err
-  assert "scripts/install_prism.sh" in err and "--prism_location" in err
+  assert script in err and flag in err
   assert not (tmp_path / "out").exists()
 
 

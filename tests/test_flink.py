@@ -75,17 +75,6 @@ def test_install_script_without_maven_fails_naming_it(tmp_path):
   assert "mvn is not installed" in done.stderr
 
 
-def test_flink_runner_without_job_server_exits_2_naming_the_script(
-    monkeypatch, tmp_path, capsys, corpus):
-  monkeypatch.setenv("NEARDUP_ENGINES_CACHE", str(tmp_path / "empty"))
-  code = cli.main(["--input", corpus, "--output", str(tmp_path / "out"),
-                   "--runner", "FlinkRunner"])
-  assert code == 2
-  err = capsys.readouterr().err
-  assert "scripts/install_flink.sh" in err and "--flink_job_server_jar" in err
-  assert not (tmp_path / "out").exists()
-
-
 def test_another_flink_version_than_the_installed_server_exits_2(
     tmp_path, capsys, corpus):
   engine_tier.require_flink_job_server()
