@@ -7,9 +7,11 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 import traceback
+import uuid
 from typing import List, Optional, Tuple, Union
 
 import apache_beam as beam
@@ -22,12 +24,14 @@ from apache_beam.runners.runner import PipelineState
 
 from pipeline import engines, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
-                              config_from_options, known_flags, output_options,
-                              unknown_flags)
+                              config_from_options, options_parser,
+                              output_options, unknown_flags)
 from pipeline.preflight import check_index, check_inputs, dataset_patterns
 from transforms import metrics
 from transforms.config import ConfigError
-from transforms.finalize import SUCCESS_FILE
+from transforms.finalize import (SUCCESS_FILE, OutputBusyError,
+                                 OutputNotWritableError, claim_output,
+                                 finalize_state, release_claim)
 from transforms.index import Index
 from transforms.report import REPORT_HTML
 from transforms.write import STATS_FILE, join_path
@@ -39,7 +43,8 @@ DEFAULT_RUNNER = "FnApiRunner"
 PRISM_RUNNERS = ("PrismRunner", "DirectRunner")
 # Failures a user can fix, raised in workers: their message is the error.
 _USER_ERRORS = ("InputReadError", "InputChangedError", "NoTextFieldError",
-                "FileExistsError", "ConfigError", "AnnotationConflictError")
+                "FileExistsError", "ConfigError", "AnnotationConflictError",
+                "OutputBusyError")
 # CPython's full collections rescan every live object, and a job's heap is
 # mostly long-lived (Beam's modules, the graph, buffered bundles): at 100k
 # documents the default collector spent 2.5 s in the run and 2.4 s at exit.
@@ -51,12 +56,27 @@ _USER_ERRORS = ("InputReadError", "InputChangedError", "NoTextFieldError",
 GC_THRESHOLDS = (20_000, 10, 10)
 
 
+class Interrupted(KeyboardInterrupt):
+  """SIGINT or SIGTERM, as :func:`run` raises them; ``args[0]`` starts with
+  the signal's name. A KeyboardInterrupt with a message, so that Beam
+  passes it through with its type kept (a bare KeyboardInterrupt raised in
+  a DoFn comes out as a RuntimeError)."""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
   """Runs the job; returns the process exit code (0 ok, 1 the job failed,
-  2 bad arguments or inputs, found before anything is written)."""
+  2 bad arguments or inputs, found before anything is written; 130 or 143
+  interrupted by SIGINT or SIGTERM)."""
+  try:
+    return _main(argv)
+  except KeyboardInterrupt as e:
+    return _interrupted(_signal_of(e), "no outputs were changed")
+
+
+def _main(argv: Optional[List[str]]) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   try:
-    argv = run_config.expand(argv, known_flags)
+    argv = run_config.expand(argv, options_parser)
   except run_config.RunConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -81,17 +101,39 @@ def main(argv: Optional[List[str]] = None) -> int:
       print(f"error: {problem}", file=sys.stderr)
     return 2
 
+  run_id = uuid.uuid4().hex[:16]
+  try:
+    claim = claim_output(opts.output, run_id)
+  except (OutputBusyError, OutputNotWritableError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   show_progress()
   metrics.reset_progress()
   started = time.time()
+  # A job left running (--no_wait_until_finish, as Flex Templates launch)
+  # keeps its claim: its own last step removes it.
+  stopped = True
   try:
     with beam.Pipeline(options=opts) as p:
       job.build(p, patterns, opts.output, config, opts.input_format,
                 opts.text_field, opts.id_field, overwrite=opts.overwrite,
-                started=started, output_options=output_options(opts),
-                against=index, index_out=opts.index_out)
+                run_id=run_id, started=started,
+                output_options=output_options(opts), against=index,
+                index_out=opts.index_out, stale_runs=claim.stale)
+    stopped = PipelineState.is_terminal(p.result.state)
   except Exception as e:  # pylint: disable=broad-except
+    if str(e).startswith("KeyboardInterrupt"):
+      # SIGINT's own KeyboardInterrupt, which Beam re-raised from a DoFn
+      # as a RuntimeError (run() installs a handler that avoids this).
+      return _interrupted(signal.SIGINT,
+                          _outputs_after_interrupt(opts.output, claim))
     return _job_failed(e, opts.output)
+  except KeyboardInterrupt as e:
+    return _interrupted(_signal_of(e),
+                        _outputs_after_interrupt(opts.output, claim))
+  finally:
+    if stopped:
+      release_claim(opts.output, run_id)
   if p.result.state == PipelineState.DONE:
     log_totals(p.result)
 
@@ -205,6 +247,11 @@ def preflight(patterns: List[str], opts: DedupOptions, config
   files, problems = check_inputs(patterns, opts.input_format,
                                  opts.text_field, opts.annotate)
   problems += check_output(opts.output, opts.overwrite)
+  problems += [f"--output {opts.output}: is the {flag} folder; write the "
+               "run's outputs to a folder of their own"
+               for flag, folder in (("--against", opts.against),
+                                    ("--index_out", opts.index_out))
+               if folder and _same_folder(opts.output, folder)]
   if not (opts.against or opts.index_out):
     return None, problems
   params = job.effective_params(config, opts.input_format, opts.text_field,
@@ -228,6 +275,47 @@ def check_output(output: str, overwrite: bool) -> List[str]:
       output):
     return [f"{output}: is a file; --output names a folder"]
   return []
+
+
+def _drop_interrupt_tracebacks(record: logging.LogRecord) -> bool:
+  """Beam logs the traceback of every exception a DoFn raises, an
+  interrupt's too; an interrupt is reported in one line instead."""
+  error = record.exc_info[1] if record.exc_info else record.msg
+  return not isinstance(error, KeyboardInterrupt)
+
+
+def _signal_of(interrupt: KeyboardInterrupt) -> int:
+  if isinstance(interrupt, Interrupted):
+    return signal.Signals[str(interrupt.args[0]).split()[0]]
+  return signal.SIGINT
+
+
+def _interrupted(signum: int, outputs: str) -> int:
+  """Says the run was interrupted and what that left; returns 128 +
+  ``signum`` (the shell's code for a process a signal ended)."""
+  print(f"error: interrupted ({signal.Signals(signum).name}); {outputs}",
+        file=sys.stderr)
+  return 128 + signum
+
+
+def _outputs_after_interrupt(output: str, claim) -> str:
+  """What an interrupted job left in ``output``, from its staging folder:
+  untouched outputs, or a replacement cut short or already complete."""
+  state = finalize_state(claim.staging)
+  if state == "committing":
+    return (f"it stopped while replacing the outputs in {output}: that folder"
+            f" holds no {SUCCESS_FILE} (parts of the old and new outputs);"
+            " rerun to complete it")
+  if state == "finalized":
+    return f"{output} holds this run's complete outputs ({SUCCESS_FILE})"
+  return (f"no outputs were changed: {output} holds its earlier outputs, "
+          "if any")
+
+
+def _same_folder(a: str, b: str) -> bool:
+  if "://" in a or "://" in b:
+    return a.rstrip("/") == b.rstrip("/")
+  return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _job_failed(error: Exception, output: str) -> int:
@@ -282,12 +370,20 @@ def run() -> int:
   # where it has not, None makes the import raise ImportError, which Beam
   # reads as "not in IPython".
   sys.modules.setdefault("IPython", None)
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, _raise_interrupted)
+  logging.getLogger("apache_beam.runners.common").addFilter(
+      _drop_interrupt_tracebacks)
   gc.freeze()
   gc.set_threshold(*GC_THRESHOLDS)
   code = main()
   # What is live now lives until exit: the interpreter need not rescan it.
   gc.freeze()
   return code
+
+
+def _raise_interrupted(signum, _frame):
+  raise Interrupted(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import uuid
-from typing import Optional
+from typing import Optional, Sequence
 
 import apache_beam as beam
 
@@ -48,10 +47,11 @@ def effective_params(config: DedupConfig, input_format: str,
 def build(pipeline: beam.Pipeline, patterns, output: str,
           config: DedupConfig, input_format: str = "auto",
           text_field: str = "text", id_field: str = "id",
-          overwrite: bool = False, run_id: Optional[str] = None,
+          overwrite: bool = False, run_id: str = "run",
           started: Optional[float] = None, against: Optional[Index] = None,
           index_out: Optional[str] = None,
-          output_options: OutputOptions = OutputOptions()):
+          output_options: OutputOptions = OutputOptions(),
+          stale_runs: Sequence[str] = ()):
   """Adds the whole job to ``pipeline``; returns the stats PCollection.
 
   ``against`` (an :class:`~transforms.index.Index`): deduplicate the inputs
@@ -60,14 +60,18 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   ``against``'s, there (see :mod:`transforms.index`).
 
   Everything is written under ``output``'s staging folder for ``run_id``
-  (a fresh one when None) and moved into ``output`` by the job's last step
+  (which the caller has claimed with
+  :func:`~transforms.finalize.claim_output`: the last step refuses to
+  finalize without the claim) and moved into ``output`` by the job's last step
   (:class:`~transforms.finalize.FinalizeOutput`), which replaces an earlier
   run's outputs only if ``overwrite``. ``started`` (``time.time()`` at
   launch) gives the report its ``wall_seconds``; ``output_options``
-  selects annotations, the removal list and the output compression.
+  selects annotations, the removal list and the output compression;
+  ``stale_runs``, dead runs' staging folders that the last step deletes
+  (see :func:`~transforms.finalize.claim_output`).
   """
   final = output
-  output = staging_path(final, run_id or uuid.uuid4().hex[:16])
+  output = staging_path(final, run_id)
   # Per-document elements only for the index's user ids.
   read = pipeline | "ReadDocuments" >> ReadDocuments(
       patterns, input_format, text_field, id_field,
@@ -106,8 +110,8 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
             | "WriteReport" >> WriteReport(
                 output, text_field, id_field, config.threshold, started,
                 {"inputs": list(patterns), "version": __version__}))
-  done = report | "FinalizeOutput" >> FinalizeOutput(output, final,
-                                                     OUTPUT_NAMES, overwrite)
+  done = report | "FinalizeOutput" >> FinalizeOutput(
+      output, final, OUTPUT_NAMES, overwrite, stale_runs)
   if index_out:
     inputs = {"keys": dedup["keys"], "signatures": dedup["signatures"],
               "clusters": dedup["clusters"], "files": read["files"],

@@ -298,7 +298,13 @@ def _long_flags(parser: argparse.ArgumentParser) -> List[str]:
 
 def known_flags() -> List[str]:
   """Every ``--flag`` this job or any Beam options class knows."""
-  return _long_flags(_all_options_parser([]))
+  return _long_flags(options_parser())
+
+
+def options_parser() -> argparse.ArgumentParser:
+  """The parser of every ``--flag`` this job or any Beam options class
+  knows."""
+  return _all_options_parser([])
 
 
 def unknown_flags(argv: Sequence[str]) -> List[str]:

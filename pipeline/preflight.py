@@ -7,9 +7,12 @@ Parquet magic and footer, Arrow IPC magic (file or stream format), JSON
 objects in a JSONL sample, and the text field in the Parquet or Arrow schema
 or in the sampled JSONL records (the fields there are are listed). A
 Hugging Face ``datasets.save_to_disk`` folder given as ``--input`` stands
-for its data files (:func:`dataset_patterns`); its metadata files matched
-by a glob are refused, never read as data. A truncated compressed stream can only be found by reading all
-of it; the job does that and fails naming the file.
+for its data files (:func:`dataset_patterns`): each file its
+``state.json`` lists, which must be a file name in the folder and exist;
+its metadata files matched by a glob are refused, never read as data. An
+Arrow IPC stream must end with its end-of-stream marker. A truncated
+compressed stream can only be found by reading all of it; the job does that
+and fails naming the file.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import glob
-import json
 import os
 from typing import List, Optional, Sequence, Tuple
 
@@ -31,7 +33,7 @@ from transforms.index import (Index, IndexFolderError, incompatibilities,
 from transforms.read import (ARROW_FILE_MAGIC, ARROW_STREAM_MAGIC, InputFile,
                              InputReadError, compression_of, expand_inputs,
                              field_value, iter_lines, line_content,
-                             open_arrow, open_parquet)
+                             loads_json, open_arrow, open_parquet)
 
 HEAD_BYTES = 1 << 16
 SAMPLE_LINES = 100
@@ -60,9 +62,11 @@ def check_inputs(patterns: Sequence[str], input_format: str,
     files = expand_inputs(patterns, input_format)
   except ValueError as e:
     return [], problems or [str(e)]
+  # Beam matches a folder named as such as a file; _check_pattern said so.
+  checked = [f for f in files if "://" in f.path or not os.path.isdir(f.path)]
   with concurrent.futures.ThreadPoolExecutor(_PARALLEL_FILES) as pool:
     for found in pool.map(lambda f: _check_file(f, text_field, annotate),
-                          files):
+                          checked):
       problems.extend(found)
   return files, problems
 
@@ -70,28 +74,62 @@ def check_inputs(patterns: Sequence[str], input_format: str,
 def dataset_patterns(patterns: Sequence[str]) -> List[str]:
   """``patterns`` with each Hugging Face ``datasets.save_to_disk`` folder
   (one holding ``state.json``) replaced by its data files, in the order
-  ``state.json`` lists them; every other pattern unchanged."""
+  ``state.json`` lists them, each a pattern matching that file only;
+  every other pattern unchanged."""
   resolved = []
   for pattern in patterns:
     folder = pattern.rstrip("/")
-    state = FileSystems.join(folder, _DATASET_STATE)
-    files = (_dataset_files(state) if _is_folder(pattern)
-             and FileSystems.exists(state) else None)
-    if files:
-      resolved.extend(FileSystems.join(folder, name) for name in files)
-    else:
-      resolved.append(pattern)
+    if _is_folder(pattern) and FileSystems.exists(
+        FileSystems.join(folder, _DATASET_STATE)):
+      try:
+        # Escaped: a file name is matched as itself, never as a glob.
+        resolved.extend(glob.escape(path) for path in _dataset_files(folder))
+        continue
+      except ValueError:
+        pass  # Left as given: the pre-flight's pattern check says why.
+    resolved.append(pattern)
   return resolved
 
 
-def _dataset_files(state_path: str) -> Optional[List[str]]:
+def _dataset_files(folder: str) -> List[str]:
+  """The paths of the data files a ``datasets.save_to_disk`` folder's
+  ``state.json`` lists. Raises ``ValueError`` (its message the problem's
+  line) unless it lists files by plain names, each once, and all exist."""
+  state_path = FileSystems.join(folder, _DATASET_STATE)
+  give = f"give the data files, e.g. --input '{folder}/*.arrow'"
   try:
     with FileSystems.open(
         state_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-      state = json.loads(f.read())
-    return [entry["filename"] for entry in state["_data_files"]]
-  except (OSError, ValueError, KeyError, TypeError):
-    return None
+      entries = loads_json(f.read().decode("utf-8"))["_data_files"]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"{state_path}: does not list the data files "
+                     f"(_data_files); {give}") from e
+  if not isinstance(entries, list) or not entries:
+    raise ValueError(f"{state_path}: does not list the data files "
+                     f"(_data_files); {give}")
+  paths = []
+  for entry in entries:
+    name = entry.get("filename", entry) if isinstance(entry, dict) else entry
+    if not isinstance(entry, dict) or not _is_file_name(name):
+      raise ValueError(f"{state_path}: lists {name!r} in _data_files, not a"
+                       f" file name in the folder; fix it or {give}")
+    path = FileSystems.join(folder, name)
+    if path in paths:
+      raise ValueError(f"{state_path}: lists {name!r} twice in _data_files;"
+                       f" fix it or {give}")
+    if not FileSystems.exists(path):
+      raise ValueError(f"{path}: listed in {state_path} but missing; restore"
+                       " it (an incomplete copy?) or give the files that are"
+                       f" there, e.g. --input '{folder}/*.arrow'")
+    paths.append(path)
+  return paths
+
+
+def _is_file_name(name) -> bool:
+  """Whether ``name`` names a file in a folder: not a path, not the folder
+  or its parent."""
+  return (isinstance(name, str) and name not in ("", ".", "..")
+          and "/" not in name and "\\" not in name)
 
 
 def _check_pattern(pattern: str) -> List[str]:
@@ -104,8 +142,10 @@ def _check_pattern(pattern: str) -> List[str]:
               f"split's folder (e.g. --input {name}/train) or its files, "
               f"e.g. --input '{name}/*/data-*.arrow'"]
     if FileSystems.exists(FileSystems.join(name, _DATASET_STATE)):
-      return [f"{pattern}: its {_DATASET_STATE} does not list the data files"
-              f" (_data_files); give them, e.g. --input '{name}/*.arrow'"]
+      try:
+        _dataset_files(name)
+      except ValueError as e:
+        return [str(e)]
     return [f"{pattern}: is a folder, not a file pattern; give the files in "
             f"it, e.g. --input '{name}/*.jsonl'"]
   if "://" in pattern:
@@ -187,7 +227,7 @@ def _dataset_metadata(path: str, head: bytes) -> Optional[str]:
   if key is None:
     return None
   try:
-    value = json.loads(head)
+    value = loads_json(head.decode("utf-8"))
   except ValueError:
     return None
   if not isinstance(value, dict) or key not in value:
@@ -323,7 +363,7 @@ def _check_jsonl(path: str, lines: List[bytes], text_field: str,
   objects = []
   for line in lines:
     try:
-      value = json.loads(line)
+      value = loads_json(line.decode("utf-8"))
     except ValueError:
       continue
     if isinstance(value, dict):
@@ -374,16 +414,19 @@ def check_index(against: Optional[str], index_out: Optional[str],
                 params: dict, inputs: Sequence[InputFile]
                 ) -> Tuple[Optional[Index], List[str]]:
   """``(the --against index or None, problems)``: the index must be one
-  (manifest, format version), built with the run's detection parameters
-  (``params``, as stats.json records them), over files that are still
-  there unchanged (their texts are read back) and not among ``inputs``;
-  ``--index_out`` must be a new or empty folder other than ``--against``."""
+  (manifest, format version, every field well formed), with every shard
+  file it lists there at its recorded size, built with the run's detection
+  parameters (``params``, as stats.json records them), over files that are
+  still there unchanged (their texts are read back) and not among
+  ``inputs``; ``--index_out`` must be a new or empty folder other than
+  ``--against``."""
   problems, index = [], None
   if against:
     try:
       index = read_manifest(against)
     except IndexFolderError as e:
       return None, [str(e)]
+    problems += index.shard_problems()
     problems += incompatibilities(index, params)
     problems += _check_indexed_files(index, inputs)
   if index_out:
@@ -396,8 +439,14 @@ def _check_indexed_files(index: Index, inputs: Sequence[InputFile]
   indexed = index.files
   problems = []
   sizes = {}
-  for result in FileSystems.match([f.path for f in indexed]):
-    sizes.update((m.path, m.size_in_bytes) for m in result.metadata_list)
+  try:
+    # Paths, not patterns: a glob character in a name matches only itself.
+    for result in FileSystems.match([glob.escape(f.path) for f in indexed]):
+      sizes.update((m.path, m.size_in_bytes) for m in result.metadata_list)
+  except (OSError, ValueError) as e:
+    return [f"--against {index.path}: its indexed files cannot be listed"
+            f" ({e}); restore their filesystem's access (a run against the"
+            " index reads their texts back)"]
   for source in indexed:
     size = sizes.get(source.path)
     if size != source.size:

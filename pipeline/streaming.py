@@ -32,7 +32,8 @@ from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
                                StreamConfig, parse_duration_ms)
 from transforms.read import COLUMNAR_FORMATS, detect_format, iter_lines
 from transforms.stream.dedup import PRISM_NO_SPLIT, DeduplicateStream
-from transforms.stream.messages import (REJECTED, ParseRecords, RawRecord,
+from transforms.stream.messages import (END_EVENT_MS, FIRST_EVENT_MS,
+                                        REJECTED, ParseRecords, RawRecord,
                                         rejected_json, verdict_json)
 
 # Local runs: the one local runner that runs Pub/Sub I/O natively and holds
@@ -170,10 +171,15 @@ def check_io(options: PipelineOptions) -> None:
     if getattr(files, name):
       raise ValueError(f"--{name} is batch only: run the batch job (without"
                        " --streaming) to build or use an index.")
-  if files.input and detect_format(
-      files.input, files.input_format) in COLUMNAR_FORMATS:
+  input_format = (detect_format(files.input, files.input_format)
+                  if files.input else "jsonl")
+  if input_format in COLUMNAR_FORMATS:
     raise ValueError("streaming reads JSONL or text lines; convert Parquet"
                      " or Arrow inputs or use the batch job.")
+  if view.event_time_field and input_format != "jsonl":
+    raise ValueError("--event_time_field names a JSON field, so it needs"
+                     f" JSONL input; --input is read as {input_format} lines"
+                     " (see --input_format).")
   if files.annotate or files.removal_list or (
       files.output_compression != "auto"):
     raise ValueError("--annotate, --removal_list and --output_compression"
@@ -205,10 +211,12 @@ def build(p: beam.Pipeline, options: PipelineOptions, config: StreamConfig):
   parsed = records | "ParseRecords" >> ParseRecords(
       input_format, files.text_field, files.id_field, view.event_time_field)
   out = parsed.documents | "DeduplicateStream" >> DeduplicateStream(config)
+  rejected = ((parsed[REJECTED], out[REJECTED])
+              | "AllRejected" >> beam.Flatten())
   if view.output_topic:
-    publish(out["verdicts"], out["late"], parsed[REJECTED], view)
+    publish(out["verdicts"], out["late"], rejected, view)
   else:
-    write_files(out["verdicts"], out["late"], parsed[REJECTED], files.output,
+    write_files(out["verdicts"], out["late"], rejected, files.output,
                 parse_duration_ms(view.output_window))
 
 
@@ -326,7 +334,10 @@ class _WriteBundleFn(beam.DoFn):
 
   def finish_bundle(self):
     for start, lines in sorted(self._lines.items()):
-      stamp = Timestamp(micros=start * 1000).to_rfc3339().replace(":", "")
+      # Outside years 1 to 9999 (a window opening before year 1, a rejected
+      # record's source time) there is no RFC 3339 name: the nearest one.
+      named = min(max(start, FIRST_EVENT_MS), END_EVENT_MS - 1)
+      stamp = Timestamp(micros=named * 1000).to_rfc3339().replace(":", "")
       name = f"part-{stamp}-{uuid.uuid4().hex[:16]}.jsonl"
       final = FileSystems.join(self._folder, name)
       temp = FileSystems.join(self._folder, "." + name + ".tmp")

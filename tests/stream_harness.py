@@ -19,7 +19,7 @@ from apache_beam.utils.timestamp import Timestamp
 from pipeline.engines import find_prism
 from tests.services import Service, free_port
 from transforms.stream.dedup import PRISM_NO_SPLIT
-from transforms.stream.elements import StreamDocument
+from transforms.stream.elements import StreamDocument, StreamRejected
 
 DIRECT = "direct"
 PRISM = "prism"
@@ -74,6 +74,9 @@ class Collect(beam.DoFn):
     self._rows = []
 
   def process(self, verdict):
+    if isinstance(verdict, StreamRejected):
+      self._rows.append(verdict._asdict())
+      return
     self._rows.append({"id": verdict.doc_id, "verdict": verdict.verdict,
                        "of": verdict.duplicate_of, "reason": verdict.reason,
                        "similarity": verdict.similarity,
@@ -97,7 +100,8 @@ def read_collected(folder: str, name: str) -> List[dict]:
 def run_stream(transform: beam.PTransform, events, runner_options,
                folder: str) -> Dict[str, object]:
   """Runs ``transform`` (e.g. DeduplicateStream) on the TestStream of
-  ``events``; returns its verdicts and late rows and the committed counters
+  ``events``; returns its verdicts, late and rejected rows (none where it
+  has no ``rejected`` output) and the committed counters
   (attempted where a runner commits none). The BundleBasedDirectRunner in
   streaming mode reports only each step's first bundle (measured on Beam
   2.77: 2 of 5 elements counted), so only Prism's counters are checked."""
@@ -106,7 +110,8 @@ def run_stream(transform: beam.PTransform, events, runner_options,
   options = PipelineOptions(list(runner_options) + ["--streaming"])
   p = beam.Pipeline(options=options)
   out = p | "Events" >> make_test_stream(events) | "Dedup" >> transform
-  for name in ("verdicts", "late"):
+  names = [n for n in ("verdicts", "late", "rejected") if n in out]
+  for name in names:
     _ = out[name] | f"Collect{name}" >> beam.ParDo(Collect(folder, name))
   result = p.run()
   result.wait_until_finish()
@@ -114,5 +119,16 @@ def run_stream(transform: beam.PTransform, events, runner_options,
   for c in result.metrics().query()["counters"]:
     counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + (
         c.committed if c.committed is not None else c.attempted)
-  return {"verdicts": read_collected(folder, "verdicts"),
-          "late": read_collected(folder, "late"), "counters": counters}
+  rows = {name: read_collected(folder, name)
+          for name in ("verdicts", "late", "rejected")}
+  return dict(rows, counters=counters)
+
+
+def read_rows(folder) -> List[dict]:
+  """The JSON rows of a streaming job's windowed output folder, in file
+  order."""
+  rows = []
+  for path in sorted(glob.glob(os.path.join(str(folder), "part-*.jsonl"))):
+    with open(path, encoding="utf-8") as f:
+      rows += [json.loads(line) for line in f]
+  return rows

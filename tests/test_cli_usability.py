@@ -21,7 +21,7 @@ from apache_beam.runners import pipeline_context
 import pipeline
 from pipeline import cli, job, run_config
 from pipeline.cli import main, parse_options
-from pipeline.options import DedupOptions, known_flags
+from pipeline.options import DedupOptions, known_flags, options_parser
 from tests.conftest import SAMPLE
 from transforms import metrics
 from transforms.config import DedupConfig
@@ -40,7 +40,7 @@ def test_config_file_flags_come_first_so_the_command_line_overrides(tmp_path):
                "input: [a.jsonl, 'b/*.parquet']\nthreshold: 0.7\n"
                "lowercase: false\noverwrite: true\n")
   argv = run_config.expand(["--config", path, "--threshold", "0.6"],
-                           known_flags)
+                           options_parser)
   assert argv == ["--input=a.jsonl,b/*.parquet", "--threshold=0.7",
                   "--lowercase=false", "--overwrite=true", "--config", path,
                   "--threshold", "0.6"]

@@ -18,6 +18,7 @@ from pipeline.cli import main
 from tests.corpus import read_jsonl, seed_corpus, stats_of, write_jsonl
 from transforms import metrics, stats as stat_names
 from transforms.config import DedupConfig
+from transforms.finalize import claim_output, release_claim
 from transforms.report import Summary, SummarizeClusters
 from transforms.report_render import (LARGEST_CLUSTERS, MEMBERS_SHOWN,
                                       STAGES, assemble, render_html, s_curve,
@@ -348,10 +349,12 @@ def test_counters_carry_progress_histograms_and_timings(tmp_path):
   write_jsonl(tmp_path / "in.jsonl", texts)
   out = str(tmp_path / "out")
   config = DedupConfig(ngram=3, bands=32, rows=4, threshold=0.4)
+  claim_output(out, "counters")
   p = beam.Pipeline(runner="FnApiRunner")
-  job.build(p, [str(tmp_path / "in.jsonl")], out, config)
+  job.build(p, [str(tmp_path / "in.jsonl")], out, config, run_id="counters")
   result = p.run()
   result.wait_until_finish()
+  release_claim(out, "counters")
   counters = {}
   for c in result.metrics().query(
       MetricsFilter().with_namespace(metrics.NAMESPACE))["counters"]:

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.engines import find_prism, missing_prism_reason
-from tests.stream_harness import PrismServer
+from tests.stream_harness import PrismServer, read_rows
 from tests.test_streaming import BASE, COPY, OTHER
 
 pytestmark = pytest.mark.extended
@@ -63,14 +63,6 @@ def test_help_lists_the_streaming_flags(capsys):
   for flag in ("--input_subscription", "--mode", "--dedup_window",
                "--threshold"):
     assert flag in out
-
-
-def read_rows(folder):
-  found = []
-  for path in sorted(glob.glob(str(folder / "part-*.jsonl"))):
-    with open(path, encoding="utf-8") as f:
-      found += [json.loads(line) for line in f]
-  return found
 
 
 def test_files_to_windowed_verdict_files(tmp_path):

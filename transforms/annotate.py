@@ -20,6 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pyarrow as pa
 
+from transforms.read import loads_json
+
 FIELDS = ("dup_doc_id", "dup_cluster_id", "dup_cluster_size", "dup_kept",
           "dup_kept_doc_id", "dup_matched_doc_id", "dup_matched_id",
           "dup_matched_jaccard", "dup_jaccard_to_kept", "dup_chain_kept")
@@ -82,7 +84,7 @@ def annotate_line(line: bytes, values: Sequence[Any], where: str) -> bytes:
 
 def _check_no_conflict(body: bytes, where: str) -> None:
   start = body.find(b"{")
-  found = sorted(set(json.loads(body[start:].decode("utf-8"))) & set(FIELDS))
+  found = sorted(set(loads_json(body[start:].decode("utf-8"))) & set(FIELDS))
   if found:
     raise AnnotationConflictError(
         f"{where} already has the field {found[0]!r}, which --annotate adds;"

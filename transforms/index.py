@@ -5,7 +5,8 @@ index")::
 
   manifest.json                   format, version, detection parameters,
                                   the corpus files (index, path, format,
-                                  size), counts and the shard files
+                                  size), counts and the shard files (name,
+                                  rows, size; format 3)
   keys/part-SSSSS-of-NNNNN.parquet  key uint64, doc_id int64 (format 1
                                   also a digest uint64, now read from the
                                   signatures): one row per (document,
@@ -26,13 +27,22 @@ ones a run over the whole corpus (indexed files first) gives, so a run
 Each shard file is written by the worker that grouped its key range and
 read back file by file, by row group, re-sharded to the run's
 ``--lsh_shards``: the index never passes through one worker.
+
+A damaged index is refused, never read as a smaller one: every manifest
+field is checked when it is read (:func:`read_manifest`), every shard it
+lists must be there with its recorded size before a run starts
+(:meth:`Index.shard_problems`), and each shard must hold the rows the manifest
+lists when a worker reads it (format 3; formats 1 and 2 record names only,
+so their shards are checked for existence alone).
 """
 
 from __future__ import annotations
 
+import glob
 import io
 import json
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+import re
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -40,16 +50,22 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.annotate import json_text
 from transforms.config import DedupConfig
-from transforms.elements import KeyShard, SignatureBatch, key_columns
+from transforms.elements import (KeyShard, SignatureBatch, fields_coder,
+                                 key_columns)
 from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
-from transforms.read import InputFile, make_doc_id, open_parquet, split_doc_id
+from transforms.read import (FORMATS, MAX_FILES, InputFile, InputReadError,
+                             make_doc_id, open_parquet, split_doc_id)
 
 INDEX_FORMAT = "neardup-lsh-index"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Format 1 also stored each key row's signature digest, which runs now
-# compute from the indexed signatures; its key files read the same.
-READABLE_VERSIONS = (1, 2)
+# compute from the indexed signatures; its key files read the same. Formats
+# 1 and 2 list each shard by name only, format 3 with its rows and size:
+# older indexes stay readable (rebuilding one is a run over the whole
+# corpus), their shards checked for existence only; a run against one that
+# writes --index_out writes format 3.
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST_FILE = "manifest.json"
 KEYS_DIR, DOCS_DIR = "keys", "docs"
 # What must agree between an index and a run against it: everything that
@@ -62,8 +78,28 @@ MATCHED_PARAMS = ("shingle_unit", "ngram", "num_perm", "sketch", "bands",
                   "minhash_scheme", "text_field", "id_field")
 
 
+_SHARD_NAME = re.compile(r"part-\d{5,}-of-\d{5,}\.parquet")
+_COUNTS = ("index_docs", "index_kept", "index_keys")
+# Which count each kind of shard's rows sum to.
+_SHARD_COUNTS = {KEYS_DIR: "index_keys", DOCS_DIR: "index_docs"}
+_REBUILD = ("the index is damaged: rebuild it (a run over the whole corpus"
+            " with --index_out)")
+_MISSING = object()
+
+
 class IndexFolderError(ValueError):
   """Not a usable index; the message names the folder and the fix."""
+
+
+class IndexShard(NamedTuple):
+  """One shard file of an index, with the rows and size its manifest
+  records (None in formats 1 and 2, which record neither)."""
+  path: str
+  rows: Optional[int]
+  size: Optional[int]
+
+
+IndexShardCoder = fields_coder(IndexShard, __name__)
 
 
 class Index(NamedTuple):
@@ -87,9 +123,41 @@ class Index(NamedTuple):
     """Every indexed doc id is below this one, every new one at least it."""
     return make_doc_id(self.first_file, 0)
 
-  def shard_paths(self, kind: str) -> List[str]:
-    return [FileSystems.join(self.path, kind, name)
-            for name in self.manifest["shards"][kind]]
+  def shards(self, kind: str) -> List[IndexShard]:
+    """The shard files of ``kind`` (keys or docs) the manifest lists."""
+    return [IndexShard(FileSystems.join(self.path, kind, entry), None, None)
+            if isinstance(entry, str) else
+            IndexShard(FileSystems.join(self.path, kind, entry["name"]),
+                       entry["rows"], entry["size"])
+            for entry in self.manifest["shards"][kind]]
+
+  def shard_problems(self) -> List[str]:
+    """One line per shard file the manifest lists that is missing or has
+    another size than it records (format 3), naming the shard, the index and
+    the fix. One listing per shard folder, not a look-up per shard."""
+    problems = []
+    for kind in (KEYS_DIR, DOCS_DIR):
+      folder = FileSystems.join(self.path, kind)
+      try:
+        # The folder is a path: its glob characters match only themselves.
+        listed = FileSystems.match([FileSystems.join(glob.escape(folder),
+                                                     "*")])
+      except (OSError, ValueError) as e:
+        problems.append(f"{folder}: the --against index's shards cannot be"
+                        f" listed ({e}); fix its permissions")
+        continue
+      sizes = {m.path.rsplit("/", 1)[-1]: m.size_in_bytes
+               for m in listed[0].metadata_list}
+      for shard in self.shards(kind):
+        size = sizes.get(shard.path.rsplit("/", 1)[-1])
+        if size is None:
+          problems.append(f"{shard.path}: listed in the --against index"
+                          f" {self.path} but missing; {_REBUILD}")
+        elif shard.size is not None and size != shard.size:
+          problems.append(f"{shard.path}: has {size} bytes, the --against"
+                          f" index {self.path} recorded {shard.size}"
+                          f" (truncated or replaced); {_REBUILD}")
+    return problems
 
 
 class IndexedCorpus(NamedTuple):
@@ -108,9 +176,15 @@ def shard_name(shard: int, num_shards: int) -> str:
 
 def read_manifest(path: str) -> Index:
   """The index at ``path``; raises :class:`IndexFolderError` when there is none
-  there (missing folder, no manifest, another format or version)."""
+  there (missing folder, no manifest, another format or version) or its
+  manifest has a malformed field: every field of a returned index has the
+  type and range the run reads it with."""
   manifest_path = FileSystems.join(path, MANIFEST_FILE)
-  if not FileSystems.exists(path):
+  try:
+    exists = FileSystems.exists(path)
+  except (OSError, ValueError) as e:
+    raise IndexFolderError(f"--against {path}: cannot be read ({e})") from e
+  if not exists:
     raise IndexFolderError(f"--against {path}: no such folder; give the folder an"
                       " earlier run wrote with --index_out")
   if not FileSystems.exists(manifest_path):
@@ -127,13 +201,105 @@ def read_manifest(path: str) -> Index:
     raise IndexFolderError(f"--against {path}: {MANIFEST_FILE} is not a neardup"
                       " index manifest; give a folder written by"
                       " --index_out")
-  if manifest.get("format_version") not in READABLE_VERSIONS:
+  version = manifest.get("format_version")
+  # An int, not a bool or float: true and 2.0 equal versions 1 and 2.
+  if not _is_count(version) or version not in READABLE_VERSIONS:
     raise IndexFolderError(
-        f"--against {path}: index format version "
-        f"{manifest.get('format_version')!r}, this version reads"
-        f" {' and '.join(map(str, READABLE_VERSIONS))}; rebuild the index"
-        " with this version's --index_out")
+        f"--against {path}: index format version {version!r}, this version"
+        f" reads {', '.join(map(str, READABLE_VERSIONS[:-1]))} and"
+        f" {READABLE_VERSIONS[-1]}; rebuild the index with this version's"
+        " --index_out")
+  problem = _malformed(manifest)
+  if problem:
+    raise IndexFolderError(f"--against {path}: {MANIFEST_FILE} is malformed"
+                           f" ({problem}); {_REBUILD}")
   return Index(path, manifest)
+
+
+def _is_count(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_path(value) -> bool:
+  return isinstance(value, str) and bool(value)
+
+
+def _bad(where: str, value, expected: str) -> str:
+  shown = json.dumps(value)
+  shown = shown if len(shown) <= 60 else shown[:57] + "..."
+  return f"{where} is {shown}, not {expected}"
+
+
+def _malformed(manifest: dict) -> Optional[str]:
+  """The first malformed field of a manifest of a readable version, as
+  ``"<field> is <value>, not <what it must be>"``; None when there is none.
+  """
+  for name, kind, expected in (
+      ("version", str, "a string"), ("params", dict, "an object"),
+      ("num_shards", int, "a shard count"),
+      ("next_file_index", int, "a file index"),
+      ("files", list, "a list"), ("counts", dict, "an object"),
+      ("shards", dict, "an object")):
+    value = manifest.get(name, _MISSING)
+    if value is _MISSING:
+      return f"{name} is missing"
+    if not isinstance(value, kind) or isinstance(value, bool):
+      return _bad(name, value, expected)
+  if manifest["num_shards"] < 1:
+    return _bad("num_shards", manifest["num_shards"], "a shard count")
+  indices = set()
+  for i, entry in enumerate(manifest["files"]):
+    if not isinstance(entry, dict):
+      return _bad(f"files[{i}]", entry, "an object")
+    for name, valid, expected in (
+        ("index", _is_count, "a file index"), ("path", _is_path, "a path"),
+        ("format", FORMATS.__contains__, " or ".join(FORMATS)),
+        ("size", _is_count, "a size in bytes")):
+      value = entry.get(name, _MISSING)
+      if value is _MISSING:
+        return f"files[{i}].{name} is missing"
+      if not valid(value):
+        return _bad(f"files[{i}].{name}", value, expected)
+    if entry["index"] in indices:
+      return f"files[{i}].index {entry['index']} is listed twice"
+    indices.add(entry["index"])
+  first = manifest["next_file_index"]
+  if not max(indices, default=-1) < first < MAX_FILES:
+    return _bad("next_file_index", first, "a file index above every"
+                f" file's (highest {max(indices, default=-1)}) and below"
+                f" {MAX_FILES}")
+  counts = manifest["counts"]
+  for name in _COUNTS:
+    if not _is_count(counts.get(name)):
+      return _bad(f"counts.{name}", counts.get(name), "a count")
+  version = manifest["format_version"]
+  for kind in (KEYS_DIR, DOCS_DIR):
+    entries = manifest["shards"].get(kind, _MISSING)
+    if entries is _MISSING:
+      return f"shards.{kind} is missing"
+    if not isinstance(entries, list):
+      return _bad(f"shards.{kind}", entries, "a list")
+    names, rows = set(), 0
+    for i, entry in enumerate(entries):
+      where = f"shards.{kind}[{i}]"
+      if version >= 3:
+        if not isinstance(entry, dict):
+          return _bad(where, entry, "an object")
+        for name in ("rows", "size"):
+          if not _is_count(entry.get(name)):
+            return _bad(f"{where}.{name}", entry.get(name), "a count")
+        rows += entry["rows"]
+        where, entry = f"{where}.name", entry.get("name")
+      if not (isinstance(entry, str) and _SHARD_NAME.fullmatch(entry)):
+        return _bad(where, entry, "a shard file name")
+      if entry in names:
+        return f"{where} {entry} is listed twice"
+      names.add(entry)
+    count = _SHARD_COUNTS[kind]
+    if version >= 3 and rows != counts[count]:
+      return (f"counts.{count} is {counts[count]}, but its shards list"
+              f" {rows} rows")
+  return None
 
 
 def _flag_value(value) -> str:
@@ -166,11 +332,11 @@ def index_params(run_params: dict) -> dict:
 
 
 def build_manifest(params: dict, files: Sequence[InputFile], num_shards: int,
-                   counts: Dict[str, int], shards: Dict[str, List[str]],
+                   counts: Dict[str, int], shards: Dict[str, List[dict]],
                    version: str) -> dict:
   """The manifest of an index over ``files`` with ``num_shards`` shards, of
-  which ``shards`` (``{"keys": [file name, ...], "docs": [...]}``) hold
-  rows."""
+  which ``shards`` (``{"keys": [{"name", "rows", "size"}, ...], "docs":
+  [...]}``) hold rows."""
   files = sorted(files, key=lambda f: f.index)
   return {
       "format": INDEX_FORMAT,
@@ -179,11 +345,13 @@ def build_manifest(params: dict, files: Sequence[InputFile], num_shards: int,
       "params": index_params(params),
       "num_shards": num_shards,
       "next_file_index": files[-1].index + 1 if files else 0,
-      "files": [f._asdict() for f in files],
-      "counts": {name: counts.get(name, 0)
-                 for name in ("index_docs", "index_kept", "index_keys")},
-      "shards": {kind: sorted(shards.get(kind, ())) for kind in
-                 (KEYS_DIR, DOCS_DIR)},
+      # What identifies a file: its modification time is not recorded,
+      # since an index outlives its corpus and copies change mtimes.
+      "files": [{"index": f.index, "path": f.path, "format": f.format,
+                 "size": f.size} for f in files],
+      "counts": {name: counts.get(name, 0) for name in _COUNTS},
+      "shards": {kind: sorted(shards.get(kind, ()), key=lambda s: s["name"])
+                 for kind in (KEYS_DIR, DOCS_DIR)},
   }
 
 
@@ -195,6 +363,10 @@ class ReadIndex(beam.PTransform):
   SignatureBatch, "docs": (node shard, Arrow IPC bytes)}``, re-sharded to
   ``config.lsh_shards``. Each shard file is read by one worker, one row
   group at a time (``docs`` only when ``with_rows``, for an updated index).
+
+  A shard that cannot be read, or holds other rows than its manifest lists,
+  fails the job with an :class:`~transforms.read.InputReadError` naming the
+  shard and the index.
 
   Args:
     index: the :class:`Index` (from :func:`read_manifest`).
@@ -212,14 +384,16 @@ class ReadIndex(beam.PTransform):
   def expand(self, pbegin):
     n = self._config.lsh_shards
     keys = (pbegin
-            | "ListKeyShards" >> beam.Create(self._index.shard_paths(KEYS_DIR))
+            | "ListKeyShards" >> beam.Create(
+                self._index.shards(KEYS_DIR)).with_output_types(IndexShard)
             | "SpreadKeyShards" >> beam.Reshuffle()
-            | "ReadKeyShards" >> beam.ParDo(_ReadKeysFn(n)))
+            | "ReadKeyShards" >> beam.ParDo(_ReadKeysFn(self._index.path, n)))
     docs = (pbegin
-            | "ListDocShards" >> beam.Create(self._index.shard_paths(DOCS_DIR))
+            | "ListDocShards" >> beam.Create(
+                self._index.shards(DOCS_DIR)).with_output_types(IndexShard)
             | "SpreadDocShards" >> beam.Reshuffle()
             | "ReadDocShards" >> beam.ParDo(
-                _ReadDocsFn(n, self._config.num_perm,
+                _ReadDocsFn(self._index.path, n, self._config.num_perm,
                             self._with_rows)).with_outputs("rows",
                                                            main="signatures"))
     out = {"keys": keys, "signatures": docs.signatures}
@@ -228,20 +402,41 @@ class ReadIndex(beam.PTransform):
     return out
 
 
-def _row_groups(path: str, columns=None):
-  with open_parquet(path) as parquet:
-    for group in range(parquet.num_row_groups):
-      yield parquet.read_row_group(group, columns=columns)
+def _row_groups(shard: IndexShard, index_path: str, columns=None):
+  """The row groups of an index shard. One that cannot be read, or whose
+  footer counts other rows than the manifest lists, raises
+  :class:`~transforms.read.InputReadError` naming it and the index (the
+  cli prints that as the job's failure)."""
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  try:
+    with open_parquet(shard.path) as parquet:
+      rows = parquet.metadata.num_rows
+      if shard.rows in (None, rows):
+        for group in range(parquet.num_row_groups):
+          yield parquet.read_row_group(group, columns=columns)
+  except (OSError, ValueError, EOFError, pa.ArrowException) as e:
+    # open_parquet's error advises on an input file; say what failed in it.
+    cause = e.__cause__ if isinstance(e, InputReadError) and e.__cause__ else e
+    raise InputReadError(f"{shard.path}: a shard of the --against index"
+                         f" {index_path} cannot be read"
+                         f" ({type(cause).__name__}: {cause}); {_REBUILD}"
+                         ) from e
+  if shard.rows is not None and rows != shard.rows:
+    raise InputReadError(f"{shard.path}: a shard of the --against index"
+                         f" {index_path} holds {rows} rows, its"
+                         f" {MANIFEST_FILE} lists {shard.rows}; {_REBUILD}")
 
 
 @beam.typehints.with_output_types(Tuple[int, KeyShard])
 class _ReadKeysFn(beam.DoFn):
 
-  def __init__(self, num_shards: int):
+  def __init__(self, index_path: str, num_shards: int):
+    self._index_path = index_path
     self._num_shards = num_shards
 
-  def process(self, path: str):
-    for table in _row_groups(path, columns=["key", "doc_id"]):
+  def process(self, index_shard: IndexShard):
+    for table in _row_groups(index_shard, self._index_path,
+                             columns=["key", "doc_id"]):
       keys = table.column("key").to_numpy().astype(np.uint64)
       ids = table.column("doc_id").to_numpy().astype(np.int64)
       yield from ((shard, KeyShard.of(*parts)) for shard, parts in
@@ -252,13 +447,15 @@ class _ReadKeysFn(beam.DoFn):
 @beam.typehints.with_output_types(SignatureBatch)
 class _ReadDocsFn(beam.DoFn):
 
-  def __init__(self, num_shards: int, num_perm: int, with_rows: bool):
+  def __init__(self, index_path: str, num_shards: int, num_perm: int,
+               with_rows: bool):
+    self._index_path = index_path
     self._num_shards = num_shards
     self._num_perm = num_perm
     self._with_rows = with_rows
 
-  def process(self, path: str):
-    for table in _row_groups(path):
+  def process(self, index_shard: IndexShard):
+    for table in _row_groups(index_shard, self._index_path):
       ids = table.column("doc_id").to_numpy().astype(np.int64)
       sigs = signature_array(table, self._num_perm)
       yield SignatureBatch(ids, sigs)
@@ -363,11 +560,10 @@ class WriteIndex(beam.PTransform):
                     | "GroupDocShards" >> beam.GroupByKey()
                     | "WriteDocShard" >> beam.ParDo(
                         _WriteDocsFn(self._path, n, self._config.num_perm)))
-    written = ((written_keys, written_docs) | "ShardCounts" >> beam.Flatten()
-               | "SumShardCounts" >> beam.CombinePerKey(sum))
+    written = (written_keys, written_docs) | "ShardCounts" >> beam.Flatten()
     # One key: the manifest is written once, after every shard and output.
     return ({"written": written | "KeyCounts" >> beam.Map(
-                 lambda kv: (0, kv)),
+                 lambda shard: (0, shard)),
              "files": inputs["files"] | "KeyFiles" >> beam.Map(
                  lambda f: (0, f)),
              "done": inputs["done"] | "KeyDone" >> beam.Map(
@@ -379,11 +575,12 @@ class WriteIndex(beam.PTransform):
     _, grouped = element
     if not list(grouped["done"]):
       return None
-    counts, shards = {}, {}
-    for (kind, name), value in grouped["written"]:
-      counts[kind] = counts.get(kind, 0) + value
-      if name is not None:
-        shards.setdefault(kind, []).append(name)
+    counts = dict.fromkeys(_COUNTS, 0)
+    shards = {KEYS_DIR: [], DOCS_DIR: []}
+    for kind, entry, kept in grouped["written"]:
+      shards[kind].append(entry)
+      counts[_SHARD_COUNTS[kind]] += entry["rows"]
+      counts["index_kept"] += kept
     files = self._old_files + list(grouped["files"])
     manifest = build_manifest(self._params, files, self._config.lsh_shards,
                               counts, shards, self._version)
@@ -460,10 +657,18 @@ class _DocRowsFn(beam.DoFn):
     yield shard, to_ipc(table)
 
 
-def _write_parquet(path: str, table) -> None:
+def _write_parquet(path: str, table) -> int:
+  """Writes ``table`` to ``path``; returns the file's size."""
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
   with FileSystems.create(path) as handle:
     pq.write_table(table, handle, row_group_size=1 << 20)
+  return FileSystems.get_filesystem(path).metadata(path).size_in_bytes
+
+
+def _shard_entry(path: str, name: str, table) -> dict:
+  """A shard's manifest entry, once written to ``path``."""
+  return {"name": name, "rows": table.num_rows,
+          "size": _write_parquet(path, table)}
 
 
 class _WriteKeysFn(beam.DoFn):
@@ -480,9 +685,8 @@ class _WriteKeysFn(beam.DoFn):
     table = pa.table({"key": keys[order], "doc_id": ids[order]},
                      schema=keys_schema())
     name = shard_name(shard, self._num_shards)
-    _write_parquet(FileSystems.join(self._path, KEYS_DIR, name), table)
-    yield (KEYS_DIR, name), 0
-    yield ("index_keys", None), len(keys)
+    yield KEYS_DIR, _shard_entry(FileSystems.join(self._path, KEYS_DIR, name),
+                                 name, table), 0
 
 
 class _WriteDocsFn(beam.DoFn):
@@ -500,8 +704,7 @@ class _WriteDocsFn(beam.DoFn):
     table = table.take(np.argsort(table.column("doc_id").to_numpy(),
                                   kind="stable"))
     name = shard_name(shard, self._num_shards)
-    _write_parquet(FileSystems.join(self._path, DOCS_DIR, name), table)
-    yield (DOCS_DIR, name), 0
-    yield ("index_docs", None), table.num_rows
-    yield ("index_kept", None), int(np.count_nonzero(
-        table.column("kept").to_numpy(zero_copy_only=False)))
+    yield DOCS_DIR, _shard_entry(
+        FileSystems.join(self._path, DOCS_DIR, name), name, table), int(
+            np.count_nonzero(table.column("kept").to_numpy(
+                zero_copy_only=False)))

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import datetime
 import gzip
 import io
 import json
 import lzma
+import re
 import zlib
 from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -18,7 +20,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import zstandard
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import metrics
@@ -37,6 +39,9 @@ _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
 ARROW_FILE_MAGIC = b"ARROW1"
 ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
+# What ends a stream (a continuation marker, then a message length of 0);
+# pyarrow's reader takes end of file without it for the end of the stream.
+ARROW_STREAM_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 # Beam's suffixes (CompressionTypes.detect_compression_type), by codec.
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd",
                 ".zstd": "zstd", ".deflate": "deflate", ".lzma": "lzma",
@@ -49,6 +54,16 @@ _READ_CHUNK = 1 << 16
 _ZSTD_READ_CHUNK = 1 << 13
 _READ_ERRORS = (EOFError, OSError, ValueError, zlib.error, lzma.LZMAError,
                 zstandard.ZstdError, pa.ArrowException)
+# The deepest nesting a line read by the standard library may have: its
+# decoder fails at the interpreter's recursion limit (1,000 frames, its
+# caller's included), so deeper lines would parse or not depending on where
+# they are read; below that bound they parse everywhere. (orjson, tried
+# first, reads up to 1,024 levels.)
+MAX_JSON_DEPTH = 512
+# A JSON string (to the end of the text if it has no closing quote), and
+# the brackets that nest.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
+_JSON_BRACKETS = re.compile(r"[\[\]{}]")
 
 
 class Document(NamedTuple):
@@ -84,12 +99,15 @@ class Rejected(NamedTuple):
 
 
 class InputFile(NamedTuple):
-  """A matched input file; ``size`` (bytes at match time) lets the write
-  stage, which reads the file again, detect that it changed meanwhile."""
+  """A matched input file; ``size`` (bytes) and ``mtime`` (modification
+  time, seconds since the epoch) at match time let the stages that read the
+  file again detect that it changed meanwhile (``mtime`` None: not
+  recorded, the size alone is compared)."""
   index: int
   path: str
   format: str
   size: int
+  mtime: Optional[float] = None
 
 
 InputFileCoder = fields_coder(InputFile, __name__)
@@ -108,14 +126,32 @@ class InputReadError(IOError):
 
 
 def check_unchanged(source: InputFile) -> None:
-  """Raises :class:`InputChangedError` if ``source``'s size is not what it
-  was when matched (stages after the first read read inputs again)."""
-  matched = FileSystems.match([source.path])[0].metadata_list
-  size = matched[0].size_in_bytes if matched else None
-  if size != source.size:
-    raise InputChangedError(
-        f"{source.path} changed while the job ran (size {source.size} bytes "
-        f"when matched, now {size}): rerun on an unchanging snapshot.")
+  """Raises :class:`InputChangedError` naming the file if ``source``'s size
+  or (when recorded) modification time is not what it was when matched
+  (stages after the first read read inputs again). Rewriting a file with
+  the same bytes, or touching it, counts as a change."""
+  # The path is a path, not a pattern: matching it again as a glob would
+  # miss a name holding glob characters.
+  try:
+    now = FileSystems.get_filesystem(source.path).metadata(source.path)
+  except (BeamIOError, OSError):
+    now = None
+  if now is not None and now.size_in_bytes == source.size and (
+      source.mtime is None or now.last_updated_in_seconds == source.mtime):
+    return
+  found = "now missing" if now is None else (
+      f"now {_file_state(now.size_in_bytes, now.last_updated_in_seconds)}")
+  raise InputChangedError(
+      f"{source.path}: changed while the job ran (modified or touched since"
+      f" it was matched: {_file_state(source.size, source.mtime)} then,"
+      f" {found}): rerun on an unchanging snapshot")
+
+
+def _file_state(size: int, mtime: Optional[float]) -> str:
+  if mtime is None:
+    return f"{size} bytes"
+  when = datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc)
+  return f"{size} bytes, modified {when.isoformat(timespec='microseconds')}"
 
 
 def read_texts(source: InputFile, rows: Iterable[int], text_field: str,
@@ -214,14 +250,15 @@ def expand_inputs(patterns: Sequence[str], input_format: str = "auto",
                      f"{('auto',) + FORMATS}")
   paths = {}
   for result in FileSystems.match(list(patterns)):
-    paths.update((m.path, m.size_in_bytes) for m in result.metadata_list)
+    paths.update((m.path, m) for m in result.metadata_list)
   if not paths:
     raise ValueError(f"No input files match {list(patterns)}; check --input.")
   if len(paths) + first_index > MAX_FILES:
     raise ValueError(f"{len(paths) + first_index} input files (indexed ones"
                      f" included) exceed the limit of {MAX_FILES}; merge"
                      " inputs into fewer files.")
-  return [InputFile(i, p, detect_format(p, input_format), paths[p])
+  return [InputFile(i, p, detect_format(p, input_format),
+                    paths[p].size_in_bytes, paths[p].last_updated_in_seconds)
           for i, p in enumerate(sorted(paths), first_index)]
 
 
@@ -341,7 +378,7 @@ def read_file(input_file: InputFile, text_field: str = "text",
   """Every row of one input file in order, as the :class:`Document` or
   :class:`Rejected` that :class:`ReadDocuments` makes of it (without adding
   to its counters); stop iterating early to read only a prefix."""
-  index, path, fmt, _ = input_file
+  index, path, fmt = input_file[:3]
   if fmt in COLUMNAR_FORMATS:
     return _columnar_records(input_file, text_field, id_field)
   return _line_records(index, path, fmt, text_field, id_field)
@@ -390,7 +427,7 @@ def parse_json_line(doc_id: int, path: str, row: int, line: bytes,
   if fast is not None:
     return Document(doc_id, fast[0], fast[1], line)
   try:
-    obj = json.loads(decoded)
+    obj = loads_json(decoded)
   except ValueError as e:
     return reject("malformed_json", str(e))
   if not isinstance(obj, dict):
@@ -448,7 +485,7 @@ def json_field(decoded: str, field: str) -> Any:
         return value
   except orjson.JSONDecodeError:
     pass
-  return field_value(json.loads(decoded), field)[1]
+  return field_value(loads_json(decoded), field)[1]
 
 
 def _exact(value) -> bool:
@@ -463,8 +500,27 @@ def document_fields(decoded: str, text_field: str,
   fast = json_fields(decoded, text_field, id_field)
   if fast is not None:
     return fast
-  obj = json.loads(decoded)
+  obj = loads_json(decoded)
   return field_value(obj, text_field)[1], field_value(obj, id_field)[1]
+
+
+def loads_json(text: str) -> Any:
+  """``json.loads(text)`` of user data, a ``ValueError`` (never a
+  ``RecursionError``) for any text it cannot read: nested deeper than
+  :data:`MAX_JSON_DEPTH` levels, the same wherever it is read.
+
+  >>> loads_json("[" * 600 + "]" * 600)
+  Traceback (most recent call last):
+  ...
+  ValueError: nesting too deep (more than 512 levels of arrays and objects)
+  """
+  depth = 0
+  for bracket in _JSON_BRACKETS.findall(_JSON_STRING.sub("", text)):
+    depth += 1 if bracket in "[{" else -1
+    if depth > MAX_JSON_DEPTH:
+      raise ValueError(f"nesting too deep (more than {MAX_JSON_DEPTH} levels"
+                       " of arrays and objects)")
+  return json.loads(text)
 
 
 def field_value(obj: dict, path: str) -> Tuple[bool, Any]:
@@ -546,7 +602,9 @@ def open_arrow(path: str):
   flavour ``file`` (``ARROW1`` magic: Feather v2) or ``stream`` (what
   ``datasets.save_to_disk`` writes). A local file is memory-mapped, so the
   columns a reader does not select are never read from disk. A file that is
-  neither raises :class:`InputReadError`."""
+  neither, or a stream without its end-of-stream marker (cut, possibly at a
+  record-batch boundary, which pyarrow would read as its end), raises
+  :class:`InputReadError`."""
   local = "://" not in path
   with (contextlib.nullcontext(pa.memory_map(path)) if local else
         FileSystems.open(path,
@@ -556,11 +614,27 @@ def open_arrow(path: str):
                == ARROW_FILE_MAGIC else "stream")
     handle.seek(0)
     try:
+      # Looked at before the reader takes the handle, whose position it
+      # owns from then on.
+      ended = flavour == "file" or _ends_stream(handle)
       reader = (pa.ipc.open_file(handle) if flavour == "file"
                 else pa.ipc.open_stream(handle))
+      if not ended:
+        raise EOFError("the Arrow IPC stream ends without its end-of-stream"
+                       " marker")
     except _READ_ERRORS as e:
       raise _read_error(path, e) from e
     yield reader, flavour
+
+
+def _ends_stream(handle) -> bool:
+  """Whether the file open in ``handle`` ends with an Arrow IPC stream's
+  end-of-stream marker; leaves ``handle`` at its start."""
+  size = handle.seek(0, io.SEEK_END)
+  handle.seek(max(size - len(ARROW_STREAM_EOS), 0))
+  tail = handle.read(len(ARROW_STREAM_EOS))
+  handle.seek(0)
+  return tail == ARROW_STREAM_EOS
 
 
 def _projected_batches(path: str, reader, columns=None):

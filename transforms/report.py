@@ -302,6 +302,11 @@ class _ReadSnippetsFn(beam.DoFn):
         return
 
 
+# What report.json measures, and so differs between runs of the same input
+# and seed; everything else in it is the same.
+MEASURED_FIELDS = ("started_at", "wall_seconds", "worker_seconds")
+
+
 def _write(stats, output, totals, summary, snippets, threshold, started,
            run):
   timings = {name: n for name, n in totals.items() if metrics.is_timing(name)}

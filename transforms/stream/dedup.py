@@ -1,8 +1,12 @@
 """Online near-duplicate filtering of an unbounded stream with Beam state.
 
-``DeduplicateStream`` = Sign → BandEntries → Buckets → Verdicts (stable step
-labels: Dataflow ``--update`` and Flink savepoints map state by them):
+``DeduplicateStream`` = Admit → Sign → BandEntries → Buckets → Verdicts
+(stable step labels: Dataflow ``--update`` and Flink savepoints map state by
+them):
 
+* **Admit**, keyed by document id, passes the first document under each id,
+  drops redeliveries (the same record again) and rejects another record
+  under an id already seen (``duplicate_id``).
 * **Sign** batches the documents of a bundle through the batch kernels
   (same config and seed, so the same signature and band keys as batch) and
   re-emits each with its own timestamp and window.
@@ -15,6 +19,7 @@ labels: Dataflow ``--update`` and Flink savepoints map state by them):
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Tuple
 
@@ -35,11 +40,13 @@ from transforms.kernels import minhash as minhash_kernels
 from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import stream as stream_kernels
 from transforms.sign import normalize_options
-from transforms.stream.elements import (Answer, Arrival, BandEntry,
-                                        BandEntryCoder, BucketState,
-                                        BucketStateCoder, Member, MemberCoder,
-                                        Progress, ProgressCoder, Report,
-                                        Signed, StreamDocument, Verdict)
+from transforms.stream.elements import (REJECTED, Answer, Arrival,
+                                        BandEntry, BandEntryCoder,
+                                        BucketState, BucketStateCoder, Member,
+                                        MemberCoder, Progress, ProgressCoder,
+                                        Report, Seen, SeenCoder, Signed,
+                                        StreamDocument, StreamRejected,
+                                        Verdict)
 
 LATE = "late"
 # Prism (v2.77) splits a slow bundle of a stateful stage and hands the
@@ -67,13 +74,17 @@ def key_bytes(band_key: int) -> bytes:
 
 
 class DeduplicateStream(beam.PTransform):
-  """Timestamped :class:`StreamDocument` s → ``{"verdicts", "late"}``.
+  """Timestamped :class:`StreamDocument` s → ``{"verdicts", "late",
+  "rejected"}``.
 
   ``verdicts``: one :class:`Verdict` per document, ``kept`` or ``duplicate``
   (of an earlier document in (event time, id) order, verified as
   ``config.dedup.verify`` says); ``late``: the :class:`Verdict` (``late``,
-  with the reason) of every document found later than the allowed lateness.
-  Each input document ends in exactly one of the two.
+  with the reason) of every document found later than the allowed lateness;
+  ``rejected``: a :class:`StreamRejected` (``duplicate_id``) for every other
+  record under an id already seen (see :class:`Admit`). Each input document
+  ends in exactly one of the three, or is a redelivery (the same id and
+  record again), dropped and counted as ``stream_redelivered``.
 
   Args:
     config: the streaming parameters and the shared :class:`DedupConfig`.
@@ -86,11 +97,13 @@ class DeduplicateStream(beam.PTransform):
   def expand(self, docs):
     check_runner(docs.pipeline.options)
     c = self._config
-    signed = docs | "Sign" >> Sign(c)
+    admitted = docs | "Admit" >> Admit(c)
+    signed = admitted.documents | "Sign" >> Sign(c)
     answers = signed | "BandEntries" >> BandEntries() | "Buckets" >> Buckets(c)
     verdicts = ({"answers": answers, "signed": signed}
                 | "Verdicts" >> Verdicts(c))
-    return {"verdicts": verdicts.verdicts, "late": verdicts[LATE]}
+    return {"verdicts": verdicts.verdicts, "late": verdicts[LATE],
+            REJECTED: admitted[REJECTED]}
 
 
 def check_runner(options) -> None:
@@ -104,6 +117,79 @@ def check_runner(options) -> None:
         " Prism's dynamic splits let two bundles process one key's state at"
         " once, which loses or repeats verdicts (python -m pipeline"
         " --streaming adds it).")
+
+
+class Admit(beam.PTransform):
+  """Timestamped :class:`StreamDocument` s → the documents to decide (main
+  output ``documents``, timestamps kept) and :class:`StreamRejected`
+  (``rejected``), from a stateful DoFn keyed by document id.
+
+  The first document under an id passes. The same record again is a
+  redelivery: dropped, counted as ``stream_redelivered``. Any other record
+  under that id is rejected ``duplicate_id`` (its ``source`` is the id): the
+  id keys the verdict and the buckets' members, so a second text under it
+  would mix two documents' answers. An id is remembered for as long as its
+  document can be in a bucket, until the watermark passes its event time +
+  dedup window + allowed lateness; only later can it name a new document.
+  """
+
+  def __init__(self, config: StreamConfig):
+    super().__init__()
+    self._config = config
+
+  def expand(self, docs):
+    return (docs
+            | "ById" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(
+                Tuple[str, StreamDocument])
+            | "FirstById" >> beam.ParDo(_AdmitFn(self._config)).with_outputs(
+                REJECTED, main="documents"))
+
+
+def _digest(data: bytes) -> bytes:
+  return hashlib.blake2b(data, digest_size=16).digest()
+
+
+class _AdmitFn(beam.DoFn):
+  """Remembers the first document of an id as a :class:`Seen` (digests,
+  not the record) until ``forget`` fires."""
+
+  SEEN = ReadModifyWriteStateSpec("seen", SeenCoder())
+  FORGET = TimerSpec("forget", TimeDomain.WATERMARK)
+
+  def __init__(self, config: StreamConfig):
+    self._config = config
+
+  def setup(self):
+    self._redelivered = metrics.counter(metrics.STREAM_REDELIVERED)
+    self._rejected = metrics.counter(metrics.STREAM_REJECTED)
+
+  def process(self, element, timestamp=beam.DoFn.TimestampParam,
+              seen=beam.DoFn.StateParam(SEEN),
+              forget=beam.DoFn.TimerParam(FORGET)):
+    doc_id, doc = element
+    record = _digest(doc.record)
+    text = _digest(doc.text.encode("utf-8"))
+    first = seen.read()
+    if first is None:
+      ms = event_ms(timestamp)
+      seen.write(Seen(ms, record, text))
+      forget.set(to_timestamp(ms + self._config.retention_ms))
+      yield doc
+      return
+    if first.record_digest == record:
+      self._redelivered.inc()
+      return
+    self._rejected.inc()
+    other = ("another text" if first.text_digest != text
+             else "the same text in another record")
+    yield beam.pvalue.TaggedOutput(REJECTED, StreamRejected(
+        doc_id, f"duplicate_id: id {doc_id!r} was already seen with {other}"
+        f" (event time {first.event_ms} ms); ids must be unique",
+        doc.text[:300]))
+
+  @on_timer(FORGET)
+  def on_forget(self, seen=beam.DoFn.StateParam(SEEN)):
+    seen.clear()
 
 
 class Sign(beam.PTransform):

@@ -21,6 +21,8 @@ _I64 = struct.Struct("<q")
 _U32 = struct.Struct("<I")
 _F64 = struct.Struct("<d")
 _NO_SHINGLES = np.zeros(0, dtype=np.uint64)
+# The tag of the StreamRejected outputs (ParseRecords', DeduplicateStream's).
+REJECTED = "rejected"
 
 
 class StreamDocument(NamedTuple):
@@ -125,8 +127,18 @@ class Progress(NamedTuple):
   late: Optional[Answer] = None
 
 
+class Seen(NamedTuple):
+  """What the job remembers of the first document under an id: its event
+  time and digests of its record and of its text, which tell a redelivery
+  (the same record) from another document reusing the id."""
+  event_ms: int
+  record_digest: bytes
+  text_digest: bytes
+
+
 class StreamRejected(NamedTuple):
-  """An input message that is not a document, with the reason."""
+  """An input message that is not a document, or a document under an id
+  already taken, with the reason."""
   source: str
   reason: str
   excerpt: str
@@ -391,6 +403,17 @@ class ProgressCoder(_Coder):
     return Progress(done, arrival, bands, best, late)
 
 
+class SeenCoder(_Coder):
+
+  def encode(self, value: Seen) -> bytes:
+    return (_Writer().i64(value.event_ms).blob(value.record_digest)
+            .blob(value.text_digest).done())
+
+  def decode(self, encoded: bytes) -> Seen:
+    r = _Reader(encoded, "Seen")
+    return Seen(r.i64(), r.blob(), r.blob())
+
+
 class StreamRejectedCoder(_Coder):
 
   def encode(self, value: StreamRejected) -> bytes:
@@ -408,6 +431,6 @@ for _type, _coder in ((StreamDocument, StreamDocumentCoder),
                       (Arrival, ArrivalCoder), (Report, ReportCoder),
                       (Verdict, VerdictCoder),
                       (BucketState, BucketStateCoder),
-                      (Progress, ProgressCoder),
+                      (Progress, ProgressCoder), (Seen, SeenCoder),
                       (StreamRejected, StreamRejectedCoder)):
   beam.coders.registry.register_coder(_type, _coder)

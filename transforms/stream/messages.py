@@ -5,6 +5,8 @@ reader's rejection reasons, and verdicts to JSON."""
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -13,9 +15,18 @@ from apache_beam.utils.timestamp import Timestamp
 
 from transforms import metrics
 from transforms.read import Rejected, parse_record
-from transforms.stream.elements import StreamDocument, StreamRejected, Verdict
+from transforms.stream.elements import (REJECTED, StreamDocument,
+                                        StreamRejected, Verdict)
 
-REJECTED = "rejected"
+# Event times the job takes: those a verdict can write in RFC 3339, years
+# 0001 to 9999. Far inside Beam's int64 microseconds, so the timers at event
+# time + settle or retention stay in range too.
+FIRST_EVENT_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+END_EVENT_MS = 253_402_300_800_000  # 10000-01-01T00:00:00Z, not included
+# A date, a time and the UTC offset: without one the parser would read the
+# machine's local time, and the verdict would depend on the worker's zone.
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(?:\.\d+)?"
+                      r"(?:[Zz]|[+-]\d\d:\d\d)")
 
 
 class RawRecord(NamedTuple):
@@ -35,18 +46,22 @@ class ParseRecords(beam.PTransform):
 
   Event time is the element's own timestamp (Pub/Sub publish time or
   ``timestamp_attribute``, a file's modification time), or the JSON field
-  ``event_time_field`` when given: epoch seconds (a number) or an RFC 3339
-  string.
+  ``event_time_field`` when given (see :func:`event_timestamp`); outside
+  years 0001 to 9999 either is ``bad_event_time``.
 
   Args:
     input_format: ``jsonl`` or ``text`` (one document per line).
     text_field, id_field: the JSON fields of the text and the stable id.
-    event_time_field: JSON field of the event time, or None.
+    event_time_field: JSON field of the event time (``jsonl`` only), or
+      None.
   """
 
   def __init__(self, input_format: str = "jsonl", text_field: str = "text",
                id_field: str = "id", event_time_field: str = None):
     super().__init__()
+    if event_time_field is not None and input_format != "jsonl":
+      raise ValueError("event_time_field needs JSONL records, not"
+                       f" {input_format} lines (they have no fields)")
     self._args = (input_format, text_field, id_field, event_time_field)
 
   def expand(self, records):
@@ -65,7 +80,7 @@ class _ParseFn(beam.DoFn):
   def setup(self):
     self._rejected = metrics.counter(metrics.STREAM_REJECTED)
 
-  def process(self, record: RawRecord):
+  def process(self, record: RawRecord, timestamp=beam.DoFn.TimestampParam):
     parsed = parse_record(record.data, self._format, record.source,
                           record.row, self._text_field, self._id_field)
     if isinstance(parsed, Rejected):
@@ -73,12 +88,15 @@ class _ParseFn(beam.DoFn):
       return
     doc_id = _stable_id(parsed.user_id, record.fallback_id)
     doc = StreamDocument(doc_id, parsed.text, record.data)
-    if self._event_time_field is None:
-      yield doc
-      return
-    value = json.loads(record.data).get(self._event_time_field)
     try:
-      timestamp = event_timestamp(value)
+      if self._event_time_field is None:
+        # The source's timestamp (a Pub/Sub timestamp attribute) is held to
+        # the field's range: the verdict writes it.
+        check_event_time(timestamp, "source timestamp")
+        yield doc
+        return
+      timestamp = event_timestamp(
+          json.loads(record.data).get(self._event_time_field))
     except ValueError as e:
       yield self._reject(record.source, f"bad_event_time: {e}",
                          parsed.text[:300])
@@ -100,20 +118,51 @@ def _stable_id(user_id, fallback: str) -> str:
 
 
 def event_timestamp(value) -> Timestamp:
-  """The Beam timestamp of an event-time field value: epoch seconds (int or
-  float) or an RFC 3339 string; raises ``ValueError`` saying what it got."""
+  """The Beam timestamp (in microseconds) of an event-time field value:
+  finite epoch seconds (int or float) or an RFC 3339 date-time with its UTC
+  offset, in years 0001 to 9999; raises ``ValueError`` saying what it got.
+
+  >>> event_timestamp("2024-05-01T12:00:00+02:00")
+  Timestamp(1714557600)
+  """
   if isinstance(value, bool) or value is None:
     raise ValueError(f"event time field holds {json.dumps(value)}; use epoch"
                      " seconds or an RFC 3339 string")
+  if isinstance(value, float) and not math.isfinite(value):
+    raise ValueError(f"event time {value} is not a finite number of epoch"
+                     " seconds")
   if isinstance(value, (int, float)):
-    return Timestamp(micros=int(round(value * 1_000_000)))
-  if isinstance(value, str):
+    # Compared before scaling: 1e300 seconds is inf microseconds.
+    if not FIRST_EVENT_MS <= value * 1000 < END_EVENT_MS:
+      raise ValueError(_out_of_range(f"event time {value!r}"))
+    return check_event_time(Timestamp(micros=round(value * 1_000_000)),
+                            f"event time {value!r}")
+  if isinstance(value, str) and _RFC3339.fullmatch(value):
     try:
-      return Timestamp.from_rfc3339(value)
-    except ValueError:
-      pass
-  raise ValueError(f"event time {value!r} is neither epoch seconds nor RFC"
-                   " 3339")
+      parsed = Timestamp.from_rfc3339(value)
+    except OverflowError:
+      # In range as written, but not once moved to UTC.
+      raise ValueError(_out_of_range(f"event time {value!r}")) from None
+    return check_event_time(
+        parsed.to_precision(Timestamp.MICROS_PRECISION,
+                            allow_lossy_conversion=True),
+        f"event time {value!r}")
+  raise ValueError(f"event time {value!r} is neither epoch seconds nor an"
+                   " RFC 3339 date-time with its UTC offset (e.g."
+                   " 2024-05-01T12:00:00Z)")
+
+
+def check_event_time(timestamp: Timestamp, what: str) -> Timestamp:
+  """``timestamp`` if it is in years 0001 to 9999, else raises ValueError
+  naming it as ``what``."""
+  ms = timestamp.micros // 1000
+  if not FIRST_EVENT_MS <= ms < END_EVENT_MS:
+    raise ValueError(_out_of_range(f"{what} ({ms} ms after the epoch)"))
+  return timestamp
+
+
+def _out_of_range(what: str) -> str:
+  return f"{what} is outside 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z"
 
 
 def _rfc3339(ms):
