@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from pipeline import __version__
 from transforms.config import DedupConfig
-from transforms.read import ReadDocuments
+from transforms.read import InputFile, ReadDocuments
 from transforms.finalize import FinalizeOutput, staging_path
 from transforms.index import Index, IndexedCorpus, ReadIndex, WriteIndex
 from transforms.kernels.minhash import SKETCH_SCHEMES
@@ -42,6 +42,15 @@ def effective_params(config: DedupConfig, input_format: str,
   merged), as stats.json and an index's manifest record it."""
   return dict(run_params(config), input_format=input_format,
               text_field=text_field, id_field=id_field)
+
+
+def _with_indexed_files(source: InputFile, indexed, first_new: int):
+  """``source``, and after the first new file (index ``first_new``, which
+  every run against an index has) the ``indexed`` files: each exactly
+  once."""
+  yield source
+  if source.index == first_new:
+    yield from indexed
 
 
 def build(pipeline: beam.Pipeline, patterns, output: str,
@@ -80,9 +89,13 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   if against is not None:
     old = pipeline | "ReadIndex" >> ReadIndex(against, config,
                                              with_rows=bool(index_out))
-    # Indexed texts are read back from their files, like the new ones.
-    served_files = ((read["files"], pipeline | "IndexedFiles" >> beam.Create(
-        against.files)) | "AllFiles" >> beam.Flatten())
+    # Indexed texts are read back from their files, like the new ones. The
+    # indexed files join the stream beside the first new one rather than
+    # through a Create and a Flatten, which Beam's Flink runner 2.62 rejects
+    # ("PCollectionNodes ... were consumed but never produced").
+    served_files = read["files"] | "AddIndexedFiles" >> beam.FlatMap(
+        _with_indexed_files, tuple(against.files),
+        against.first_file).with_output_types(InputFile)
     indexed = IndexedCorpus(old["keys"], old["signatures"],
                             against.first_new_id)
     indexed_paths = {f.index: f.path for f in against.files}

@@ -29,6 +29,10 @@ pytestmark = pytest.mark.e2e
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOKED = os.path.join(ROOT, "tests", "hooked_cli.py")
 TIMEOUT_S = 240
+# For runs the launcher refuses before any runner starts, where the engine
+# tier's twin output folder could not mirror the case (an unwritable
+# folder, one that is also an index): they run once, here.
+LAUNCHER_ONLY = ("--runner", "FnApiRunner")
 
 
 def cli(capsys, *argv):
@@ -297,7 +301,7 @@ def test_an_output_under_a_regular_file_is_refused_before_the_job(
   blocker.write_bytes(b"")
   started = time.monotonic()
   code, err = cli(capsys, "--input", folder / "a.jsonl", "--output",
-                  blocker / "sub")
+                  blocker / "sub", *LAUNCHER_ONLY)
   assert code == 2
   assert f"error: --output {blocker / 'sub'}: cannot be written" in err
   assert "Traceback" not in err and "neardup" not in err
@@ -314,7 +318,7 @@ def test_an_output_in_a_read_only_folder_is_refused_before_the_job(
   locked.chmod(0o555)
   try:
     code, err = cli(capsys, "--input", folder / "a.jsonl", "--output",
-                    locked / "out")
+                    locked / "out", *LAUNCHER_ONLY)
   finally:
     locked.chmod(0o755)
   assert code == 2 and "cannot be written (PermissionError" in err
@@ -326,7 +330,7 @@ def test_an_output_where_no_folder_can_be_made_is_refused(
   # /proc takes no new folders, even for root.
   folder, _ = corpus
   code, err = cli(capsys, "--input", folder / "a.jsonl", "--output",
-                  "/proc/neardup-out")
+                  "/proc/neardup-out", *LAUNCHER_ONLY)
   assert code == 2 and "--output /proc/neardup-out: cannot be written" in err
 
 
@@ -337,12 +341,12 @@ def test_an_output_that_is_the_index_folder_is_refused(corpus, tmp_path,
   assert main(["--input", str(folder / "a.jsonl"), "--output",
                str(tmp_path / "first"), "--index_out", str(index)]) == 0
   code, err = cli(capsys, "--input", folder / "b.jsonl", "--output", index,
-                  "--against", index)
+                  "--against", index, *LAUNCHER_ONLY)
   assert code == 2
   assert f"--output {index}: is the --against folder" in err
   code, err = cli(capsys, "--input", folder / "b.jsonl", "--output",
                   tmp_path / "new_index", "--index_out", tmp_path /
-                  "new_index")
+                  "new_index", *LAUNCHER_ONLY)
   assert code == 2 and "is the --index_out folder" in err
 
 
