@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from bench import corpora  # noqa: E402  (needs ROOT on sys.path)
+from bench import corpora, jobs  # noqa: E402  (needs ROOT on sys.path)
 from transforms.finalize import SUCCESS_FILE  # noqa: E402
 
 BEAM_LIMIT = 30.0  # % of the non-idle samples (issue 12, target 4)
@@ -396,12 +396,10 @@ def table(runs: List[dict]) -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-  from bench import run  # not at the top: bench.run imports this module
-
   parser = argparse.ArgumentParser(
       description=__doc__.splitlines()[0],
       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-  parser.add_argument("--docs", type=int, default=run.TARGET_E2E_DOCS,
+  parser.add_argument("--docs", type=int, default=jobs.TARGET_E2E_DOCS,
                       help="seed-style documents (default %(default)s)")
   parser.add_argument("--runs", type=int, default=5,
                       help="profiles; the median counts (default %(default)s)")
@@ -418,13 +416,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     raise SystemExit("--docs and --runs must be positive")
   now = datetime.datetime.now(datetime.timezone.utc)
   workdir = args.workdir or tempfile.mkdtemp(prefix="neardup-profile-")
-  params = run.corpus_params("seed-style", args.seed)
+  params = jobs.corpus_params("seed-style", args.seed)
   try:
     corpus_dir = os.path.join(workdir, "corpus")
     print(f"[profile] generating seed-style corpus of {args.docs:,} docs ...",
           file=sys.stderr, flush=True)
     corpora.write(corpora.seed_style(args.docs, seed=args.seed), corpus_dir)
-    job_argv = run.pipeline_argv(corpus_dir, os.path.join(workdir, "out"),
+    job_argv = jobs.pipeline_argv(corpus_dir, os.path.join(workdir, "out"),
                                  params)
     runs = []
     for i in range(1, args.runs + 1):
@@ -436,7 +434,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.workdir:
       shutil.rmtree(workdir, ignore_errors=True)
   results = {"date": now.strftime("%Y-%m-%d %H:%M UTC"), "docs": args.docs,
-             "params": params, "argv": job_argv, "machine": run.machine_info(),
+             "params": params, "argv": job_argv, "machine": jobs.machine_info(),
              "runs": runs}
   print(f"Profile of `python -m pipeline` on {args.docs:,} seed-style docs"
         f" (py-spy {RATE} Hz):\n")

@@ -29,10 +29,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
-import importlib.metadata
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -48,16 +46,12 @@ if ROOT not in sys.path:
 from bench import corpora  # noqa: E402  (needs ROOT on sys.path)
 from bench import measure  # noqa: E402
 from bench import beam_share  # noqa: E402
+from bench.jobs import (CORPUS_PARAMS, TARGET_E2E_DOCS,  # noqa: E402
+                        corpus_params, machine_info, pipeline_argv)
 from bench import systems  # noqa: E402
 from pipeline.cli import DEFAULT_RUNNER  # noqa: E402
 from pipeline.engines import find_prism, missing_prism_reason  # noqa: E402
 
-NUM_PERM = 128
-# Seed-style: the method's experiment (word 3-grams; copies with 10% of tokens
-# replaced have Jaccard ~0.5). Web-like: word 5-grams, copies with 1-4% of
-# words replaced plus a header (Jaccard ~0.65-0.9).
-CORPUS_PARAMS = {"seed-style": {"ngram": 3, "threshold": 0.4},
-                 "web-like": {"ngram": 5, "threshold": 0.7}}
 GENERATORS = {"seed-style": corpora.seed_style, "web-like": corpora.web_like}
 SIG_CORPORA = (("sig_seed", "seed-style"), ("sig_web", "web-like"))
 E2E_CORPORA = (("e2e_seed", "seed-style"), ("e2e_web", "web-like"))
@@ -77,50 +71,10 @@ LOCAL_RUNNERS = ("FnApiRunner", "PrismRunner")
 # A tiny run lasts a few seconds, so one noisy run decides its target: the
 # median of this many runs is its figure (all of them are kept).
 TINY_RUNS = 5
-TARGET_E2E_DOCS = 100_000
 TARGET_SCALE_DOCS = 1_000_000
 # Shuffle bytes per document at 100k seed-style when issue 12 was filed: the
 # restructuring must not raise it.
 ISSUE_12_SHUFFLE_B_PER_DOC = 1_070
-
-
-def bands_rows(threshold: float, num_perm: int) -> dict:
-  """(b, r) of DedupConfig's default for ``threshold``; rensa's LSH needs b
-  to divide K, so when it does not, the b*r = K split whose S-curve midpoint
-  (1/b)^(1/r) is closest to the default's is used for every system."""
-  from transforms.config import DedupConfig
-  config = DedupConfig(threshold=threshold, num_perm=num_perm)
-  if num_perm % config.bands == 0 and config.bands * config.rows == num_perm:
-    return {"bands": config.bands, "rows": config.rows,
-            "chosen_by": "DedupConfig default"}
-  splits = [(b, num_perm // b) for b in range(1, num_perm + 1)
-            if num_perm % b == 0]
-  b, r = min(splits, key=lambda br: abs((1 / br[0]) ** (1 / br[1])
-                                        - config.lsh_threshold))
-  return {"bands": b, "rows": r,
-          "chosen_by": f"closest b*r=K split to DedupConfig default "
-                       f"{config.bands}x{config.rows}"}
-
-
-def corpus_params(name: str, seed: int) -> dict:
-  params = dict(CORPUS_PARAMS[name], num_perm=NUM_PERM, seed=seed)
-  params.update(bands_rows(params["threshold"], NUM_PERM))
-  return params
-
-
-def pipeline_argv(corpus_dir: str, out_dir: str, params: dict,
-                  runner: Optional[str] = None) -> List[str]:
-  """``python -m pipeline``'s arguments for ours on a corpus written by
-  ``corpora.write``, with the corpus's parameters, on ``runner`` (else the
-  CLI's default)."""
-  argv = ["--input", os.path.join(corpus_dir, "corpus.jsonl"),
-          "--output", out_dir, "--overwrite", "true",
-          "--ngram", str(params["ngram"]), "--bands", str(params["bands"]),
-          "--rows", str(params["rows"]), "--num_perm", str(NUM_PERM),
-          "--threshold", str(params["threshold"]),
-          "--seed", str(params["seed"])]
-  # Always explicit, so that a test suite's wrapper of main() leaves it be.
-  return argv + ["--runner", runner or DEFAULT_RUNNER]
 
 
 # --------------------------------------------------------------- children
@@ -281,27 +235,6 @@ def median_run(runs: List[dict]) -> dict:
 # ----------------------------------------------------------------- report
 
 
-def machine_info() -> dict:
-  cpu = platform.processor() or ""
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          cpu = line.split(":", 1)[1].strip()
-          break
-  except OSError:
-    pass
-  versions = {}
-  for module in ("numpy", "numba", "pyarrow", "apache_beam", "rensa",
-                 "datasketch"):
-    try:
-      versions[module] = importlib.metadata.version(module.replace("_", "-"))
-    except importlib.metadata.PackageNotFoundError:
-      versions[module] = None
-  return {"cpu": cpu, "cores": os.cpu_count(),
-          "python": platform.python_version(),
-          "platform": platform.platform(), "load_avg_start": os.getloadavg(),
-          "versions": versions}
 
 
 def ratios(sig: List[dict], e2e: List[dict]) -> dict:

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bench import corpora
+from bench import corpora, jobs
 from bench import beam_share
 from bench import run
 from bench import systems
@@ -75,7 +75,7 @@ def test_pairs_at_least_keeps_planted_pairs_above_the_threshold():
 def test_bands_rows_divide_num_perm_for_every_system():
   for name in run.CORPUS_PARAMS:
     p = run.corpus_params(name, seed=1)
-    assert p["bands"] * p["rows"] == run.NUM_PERM
+    assert p["bands"] * p["rows"] == jobs.NUM_PERM
   assert run.corpus_params("seed-style", 1)[("bands")] == 32  # the method's
 
 

@@ -12,7 +12,7 @@ one-permutation hashing), reproducing the schemes documented in
 (:func:`band_entries`), repeated keys (:func:`occurs_in`), sets and their
 intersections (:func:`sorted_sets`, :func:`are_sets`,
 :func:`merge_intersections`) and the union-find of
-:mod:`~transforms.kernels.connected` (:func:`unite`). All release the GIL.
+:mod:`~transforms.kernels.union_find` (:func:`unite`). All release the GIL.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from transforms.kernels import connected
+from transforms.kernels import union_find
 from transforms.kernels.hashing import FMIX_M1, FMIX_M2, GOLDEN
 # Property bits of the code point tables (see reference_text.codepoint_tables).
 from transforms.kernels.reference_text import (DIGIT, KNOWN, SPACE, STABLE,
@@ -550,4 +550,4 @@ def merge_intersections(values, offsets, left, right, out):
 
 
 # The union-find runs the same source on both paths.
-unite = numba.njit(cache=True, nogil=True)(connected.unite)
+unite = numba.njit(cache=True, nogil=True)(union_find.unite)

@@ -17,6 +17,7 @@ from typing import Iterable, NamedTuple, Tuple
 import numpy as np
 
 from transforms.kernels import dispatch
+from transforms.kernels.union_find import unite
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -52,34 +53,6 @@ def oriented_unique(a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray,
     new[1:] = (child[1:] != child[:-1]) | (parent[1:] != parent[:-1])
     child, parent = child[new], parent[new]
   return child, parent
-
-
-def unite(a, b, n):
-  """Union-find over n dense indices, uniting ``a[i]`` with ``b[i]`` in
-  order: ``(roots, joined)``, the root of every index (the smallest of its
-  component) and the mask of the edges that joined two components
-  (Kruskal's choice when the edges come heaviest first). Path halving, in
-  numba's subset of Python: :mod:`~transforms.kernels.compiled` compiles
-  this very function for large inputs; small ones run it as it is."""
-  parent = np.arange(n)
-  joined = np.zeros(len(a), dtype=np.bool_)
-  for i in range(len(a)):
-    x = a[i]
-    while parent[x] != x:
-      parent[x] = parent[parent[x]]
-      x = parent[x]
-    y = b[i]
-    while parent[y] != y:
-      parent[y] = parent[parent[y]]
-      y = parent[y]
-    if x != y:
-      parent[max(x, y)] = min(x, y)
-      joined[i] = True
-  # Roots are smaller than their descendants, so one ascending pass
-  # finishes every path.
-  for x in range(n):
-    parent[x] = parent[parent[x]]
-  return parent, joined
 
 
 def _unite(a: np.ndarray, b: np.ndarray, n: int):
