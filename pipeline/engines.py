@@ -1,7 +1,8 @@
 """Where the local engines are: Beam's Prism runner built by
 ``scripts/install_prism.sh`` at the pinned Beam version, and the Flink job
-server (and Flink distribution) that ``scripts/install_flink.sh`` assembles
-at the versions of ``templates/flink/versions.env``.
+server (and Flink distribution and submission jar) that
+``scripts/install_flink.sh`` assembles at the versions of
+``templates/flink/versions.env``.
 
 Nothing here downloads anything: a missing engine is reported with the
 command that installs it.
@@ -10,7 +11,7 @@ command that installs it.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import List, Optional
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (FlinkRunnerOptions,
@@ -81,31 +82,82 @@ def find_flink_job_server() -> Optional[str]:
   return path if os.path.isfile(path) else None
 
 
-def missing_flink_reason() -> str:
-  """Why Flink cannot be used here, naming the script that fixes it."""
+def flink_submit_jar_path() -> str:
+  """Where ``scripts/install_flink.sh cluster`` puts the submission jar: the
+  base of ``--flink_submit_uber_jar``, naming the job server's jars by
+  absolute URL (so a cluster that sees this cache loads them from there)."""
+  return os.path.join(os.path.dirname(flink_job_server_path()),
+                      "beam-flink-submit.jar")
+
+
+def find_flink_submit_jar() -> Optional[str]:
+  """The cached submission jar, or None."""
+  path = flink_submit_jar_path()
+  return path if os.path.isfile(path) else None
+
+
+def flink_taskmanager_jars() -> List[str]:
+  """The cached job server's jars that a TaskManager's lib/ takes so that it
+  loads Beam's runner itself: all but Flink's own (its distribution has every
+  class of them) and slf4j's (Flink binds slf4j to log4j). Loaded so (with
+  ``classloader.resolve-order: parent-first``), an SDK environment outlives
+  its task for ``--environment_cache_millis``; loaded from the job's jar, the
+  runner starts one per task."""
+  jars = os.path.join(os.path.dirname(flink_job_server_path()), "jars")
+  return [os.path.join(jars, name) for name in sorted(os.listdir(jars))
+          if name.endswith(".jar")
+          and not name.startswith(("flink-", "slf4j-"))]
+
+
+def flink_home_path() -> str:
+  """Where ``scripts/install_flink.sh cluster`` assembles Flink."""
+  return os.path.join(engines_cache(), "flink",
+                      f"flink-{flink_versions()['FLINK']}")
+
+
+def find_flink_home() -> Optional[str]:
+  """The cached Flink distribution (its FLINK_HOME), or None."""
+  path = flink_home_path()
+  return path if os.access(os.path.join(path, "bin", "jobmanager.sh"),
+                           os.X_OK) else None
+
+
+def missing_flink_reason(cluster: bool = False) -> str:
+  """Why Flink (``cluster``: its distribution and submission jar) cannot be
+  used here, naming the script that fixes it."""
+  if cluster:
+    return (f"the Flink cluster files are not installed ({flink_home_path()},"
+            f" {flink_submit_jar_path()}); run {INSTALL_FLINK} cluster (needs"
+            " Java, Maven and pip)")
   return (f"the Flink job server is not installed at"
           f" {flink_job_server_path()}; run {INSTALL_FLINK} (needs Java and"
           " Maven)")
 
 
 def configure_flink(opts: PipelineOptions) -> None:
-  """Points FlinkRunner at the cached job server and its Flink version.
+  """Points FlinkRunner at the cached job server (with
+  ``--flink_submit_uber_jar``: the cached submission jar) and its Flink
+  version.
 
   Raises:
-    ValueError: no job server is given or cached, or --flink_version differs
-      from the cached server's Flink.
+    ValueError: no such jar is given or cached, or --flink_version differs
+      from the cached jars' Flink.
   """
   flink = opts.view_as(FlinkRunnerOptions)
+  uber = flink.flink_submit_uber_jar
   if not flink.flink_job_server_jar:
-    flink.flink_job_server_jar = find_flink_job_server()
+    flink.flink_job_server_jar = (find_flink_submit_jar() if uber
+                                  else find_flink_job_server())
     if flink.flink_job_server_jar is None:
-      raise ValueError(f"--runner FlinkRunner: {missing_flink_reason()}"
+      flag = "--flink_submit_uber_jar" if uber else "--runner FlinkRunner"
+      raise ValueError(f"{flag}: {missing_flink_reason(cluster=uber)}"
                        ", or pass --flink_job_server_jar.")
   minor = flink_minor()
   given = opts.get_all_options(drop_default=True).get("flink_version")
-  # Also an explicit --flink_job_server_jar that is the installed one.
+  # Also an explicit --flink_job_server_jar that is an installed one.
   if (given is not None and given != minor
-      and flink.flink_job_server_jar == find_flink_job_server()):
+      and flink.flink_job_server_jar in (find_flink_job_server(),
+                                         find_flink_submit_jar())):
     raise ValueError(
         f"--flink_version {given}: the installed job server"
         f" ({flink_job_server_path()}) runs Flink {minor}; drop the"

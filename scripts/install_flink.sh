@@ -5,7 +5,8 @@
 #
 #   scripts/install_flink.sh              # the job-server jar (Maven, ~30 s once)
 #   scripts/install_flink.sh cluster      # also a Flink distribution (PyPI,
-#                                         # ~250 MB once); prints its FLINK_HOME
+#                                         # ~250 MB once) and the submission
+#                                         # jar; prints its FLINK_HOME
 #
 # Versions: templates/flink/versions.env, which says why they are these. The job
 # server is Beam's org.apache.beam.runners.flink.FlinkJobServerDriver from the
@@ -13,6 +14,12 @@
 # manifest names that Main-Class and lists the jars on its Class-Path is what
 # --flink_job_server_jar takes (Beam runs `java -jar` on it). The CLI finds
 # it by itself for --runner FlinkRunner, so Beam never tries to download one.
+#
+# The submission jar (cluster mode) is the base --flink_submit_uber_jar copies
+# the pipeline into: its manifest starts FlinkPipelineRunner on the JobManager
+# and lists the same jars by absolute file: URL, so a cluster whose JobManager
+# and TaskManagers see this cache at the same path loads them from there and
+# each job uploads only the pipeline (kilobytes) instead of the 152 MB of jars.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=../templates/flink/versions.env
@@ -24,6 +31,7 @@ CACHE="${NEARDUP_ENGINES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/neardup-engines}
 FLINK_MINOR="${FLINK%.*}"
 SERVER="$CACHE/flink/beam-$BEAM_FLINK_RUNNER-flink-$FLINK_MINOR"
 JAR="$SERVER/beam-flink-job-server.jar"
+SUBMIT_JAR="$SERVER/beam-flink-submit.jar"
 HOME_DIR="$CACHE/flink/flink-$FLINK"
 
 need() {
@@ -57,18 +65,65 @@ install_job_server() {
 POM
   mvn -q -B -f "$tmp/pom.xml" dependency:copy-dependencies \
       -DoutputDirectory="$tmp/server/jars" >&2
-  {
-    echo "Manifest-Version: 1.0"
-    echo "Main-Class: org.apache.beam.runners.flink.FlinkJobServerDriver"
-    echo "Class-Path: ."
-    for j in "$tmp"/server/jars/*.jar; do echo "  jars/$(basename "$j")"; done
-  } > "$tmp/MANIFEST.MF"
-  mkdir -p "$tmp/empty"
-  jar cfm "$tmp/server/beam-flink-job-server.jar" "$tmp/MANIFEST.MF" \
-      -C "$tmp/empty" .
+  local entries=()
+  for j in "$tmp"/server/jars/*.jar; do entries+=("jars/$(basename "$j")"); done
+  manifest_jar "$tmp/server/beam-flink-job-server.jar" \
+      org.apache.beam.runners.flink.FlinkJobServerDriver "${entries[@]}"
   # Moved into place last: an interrupted run never leaves a half install.
   rm -rf "$SERVER"
   mv "$tmp/server" "$SERVER"
+}
+
+# manifest_jar JAR MAIN_CLASS CLASS_PATH_ENTRY...: a jar holding only a
+# manifest, written beside JAR and moved over it (a JVM reading the old one
+# keeps its copy).
+manifest_jar() {
+  local jar_path="$1" main="$2"
+  shift 2
+  local dir
+  dir="$(mktemp -d "$(dirname "$jar_path")/.jar.XXXXXX")"
+  {
+    echo "Manifest-Version: 1.0"
+    echo "Main-Class: $main"
+    echo "Class-Path: $1"
+    shift
+    for entry in "$@"; do echo "  $entry"; done
+  } > "$dir/MANIFEST.MF"
+  mkdir "$dir/empty"
+  jar cfm "$dir/out.jar" "$dir/MANIFEST.MF" -C "$dir/empty" .
+  mv -f "$dir/out.jar" "$jar_path"
+  rm -rf "$dir"
+}
+
+# Jars written before 2026-12-03 also listed "." (the jar's folder) on their
+# Class-Path; Beam stages every Class-Path entry for a remote --flink_master
+# and fails on that folder ("FileNotFoundException: ... (Is a directory)").
+fix_job_server_class_path() {
+  python3 - "$JAR" <<'PY' || return 0
+import sys, zipfile
+text = zipfile.ZipFile(sys.argv[1]).read("META-INF/MANIFEST.MF").decode()
+text = text.replace("\r\n", "\n").replace("\n ", "")
+line = next(l for l in text.splitlines() if l.startswith("Class-Path:"))
+sys.exit(0 if "." in line.split()[1:] else 1)
+PY
+  need jar "the JDK's jar tool rewrites the job server's manifest"
+  local entries=()
+  for j in "$SERVER"/jars/*.jar; do entries+=("jars/$(basename "$j")"); done
+  manifest_jar "$JAR" org.apache.beam.runners.flink.FlinkJobServerDriver \
+      "${entries[@]}"
+}
+
+install_submit_jar() {
+  [[ -f "$SUBMIT_JAR" ]] && return 0
+  need jar "the JDK's jar tool builds the submission jar"
+  need python3 "it writes the jars' file: URLs"
+  local urls=()
+  mapfile -t urls < <(python3 -c '
+import pathlib, sys
+for p in sorted(pathlib.Path(sys.argv[1]).glob("*.jar")): print(p.as_uri())
+' "$SERVER/jars")
+  manifest_jar "$SUBMIT_JAR" org.apache.beam.runners.flink.FlinkPipelineRunner \
+      "${urls[@]}"
 }
 
 install_cluster() {
@@ -100,6 +155,8 @@ install_cluster() {
 install_job_server
 if [[ "$WHAT" == cluster ]]; then
   install_cluster
+  fix_job_server_class_path
+  install_submit_jar
   echo "$HOME_DIR"
 else
   echo "$JAR"

@@ -23,6 +23,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import tempfile
 from typing import Callable, List, Optional
 
@@ -62,6 +63,18 @@ def require_flink_job_server() -> str:
   if path is None:
     pytest.skip(engines.missing_flink_reason())
   return path
+
+
+def require_flink_cluster() -> str:
+  """The cached Flink distribution's FLINK_HOME (with the submission jar and
+  Java to run them), or skips the calling test with the reason."""
+  home = engines.find_flink_home()
+  if home is None or engines.find_flink_submit_jar() is None:
+    pytest.skip(engines.missing_flink_reason(cluster=True))
+  if shutil.which("java") is None:
+    pytest.skip(f"no java on PATH: Flink runs on Java 11 or 17"
+                f" ({engines.INSTALL_FLINK} cluster)")
+  return home
 
 
 # The session's embedded-Flink job server (started on the first Flink job).
@@ -167,6 +180,14 @@ def _reference_for(output: str) -> str:
   return _references[output]
 
 
+def _mirror(folder: str, twin: str) -> None:
+  """Makes ``twin`` a copy of ``folder`` (absent when it is)."""
+  if os.path.lexists(twin):
+    shutil.rmtree(twin)
+  if os.path.isdir(folder):
+    shutil.copytree(folder, twin, symlinks=True)
+
+
 def cross_checked(main: Callable[[Optional[List[str]]], int],
                   engine: str):
   """``main`` for the suite: a job run by a test not marked ``e2e`` fails
@@ -196,6 +217,10 @@ def cross_checked(main: Callable[[Optional[List[str]]], int],
     if index_out is not None:
       ref_argv = _with_flag(ref_argv, "--index_out", reference + ".index")
       pairs.append((index_out, reference + ".index"))
+    # The reference run starts from what the test left in the folders (an
+    # earlier run's outputs, another run's claim, files in --index_out).
+    for ours_at, ref_at in pairs:
+      _mirror(ours_at, ref_at)
     # The reference run's messages are dropped: the test reads Prism's.
     with contextlib.redirect_stdout(io.StringIO()), \
         contextlib.redirect_stderr(io.StringIO()):

@@ -1,14 +1,21 @@
-"""Processes that tests start (job servers, worker pools, emulators): each in
-its own process group, logging to a file, and stopped by that group's id,
-also when the test fails."""
+"""Processes that tests start (job servers, worker pools, emulators, a Flink
+session cluster): each in its own process group, logging to a file, and
+stopped by that group's id, also when the test fails."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
+import sys
 import time
-from typing import Dict, List, Optional
+import urllib.error
+import urllib.request
+from typing import Dict, List, Optional, Sequence
+
+import yaml
 
 STOP_TIMEOUT_S = 10
 
@@ -17,6 +24,63 @@ def free_port() -> int:
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
+
+
+def free_ports(count: int) -> List[int]:
+  """``count`` distinct free ports (each held while the next is chosen)."""
+  held = []
+  try:
+    for _ in range(count):
+      s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+      held.append(s)
+      s.bind(("127.0.0.1", 0))
+    return [s.getsockname()[1] for s in held]
+  finally:
+    for s in held:
+      s.close()
+
+
+def group_members(pgid: int) -> List[int]:
+  """The live (not zombie) processes of group ``pgid``."""
+  members = []
+  for name in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{name}/stat", encoding="utf-8") as f:
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and ")".
+        state, _, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+    except (OSError, ValueError):
+      continue
+    if int(pgrp) == pgid and state != "Z":
+      members.append(int(name))
+  return members
+
+
+def wait_group_gone(pgid: int, timeout_s: float = STOP_TIMEOUT_S) -> List[int]:
+  """Waits for group ``pgid`` to empty (its leader's children die after it);
+  returns the processes still left after ``timeout_s``."""
+  deadline = time.monotonic() + timeout_s
+  while group_members(pgid) and time.monotonic() < deadline:
+    time.sleep(0.2)
+  return group_members(pgid)
+
+
+def rss_mib(pid: int) -> float:
+  """Process ``pid``'s resident set in MiB (``ps -o rss``'s figure)."""
+  with open(f"/proc/{pid}/status", encoding="ascii") as f:
+    for line in f:
+      if line.startswith("VmRSS:"):
+        return int(line.split()[1]) / 1024
+  raise ValueError(f"no VmRSS for pid {pid}")
+
+
+def python_worker_env(root: str) -> Dict[str, str]:
+  """The environment of a Beam worker pool whose workers (it starts them as
+  plain ``python``) are this interpreter and import ``root``'s code."""
+  env = dict(os.environ)
+  env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+  env["PYTHONPATH"] = os.pathsep.join(
+      p for p in (root, env.get("PYTHONPATH")) if p)
+  return env
 
 
 class Service:
@@ -72,3 +136,131 @@ class Service:
         os.killpg(self.proc.pid, 9)
       except (ProcessLookupError, PermissionError):
         pass
+
+
+def _flattened(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flattened(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+class FlinkSessionCluster:
+  """A standalone Flink session cluster of ``flink_home`` on this machine:
+  one JobManager and one TaskManager of ``slots`` slots, each its
+  ``bin/*.sh start-foreground`` as a Service (the scripts exec the JVM, so a
+  Service's pid is its JVM's), on free ports.
+
+  Its FLINK_CONF_DIR, lib folder (the distribution's jars and ``lib_jars``),
+  logs, pid files and temporary files are under ``work_dir``; its
+  config.yaml (what Flink 1.19's distribution holds; older ones read
+  flink-conf.yaml) is the distribution's with the ports, those folders and
+  ``settings`` on top, and ``taskmanager_settings`` on top of that for the
+  TaskManager alone. ``stop()``, also on leaving a ``with`` block, stops both
+  JVMs by their groups.
+  """
+
+  def __init__(self, flink_home: str, work_dir: str, slots: int,
+               settings: Dict[str, object], lib_jars: Sequence[str] = (),
+               taskmanager_settings: Optional[Dict[str, object]] = None):
+    self.flink_home = flink_home
+    self.slots = slots
+    self.log_dir = os.path.join(work_dir, "log")
+    conf_dir = os.path.join(work_dir, "conf")
+    lib_dir = os.path.join(work_dir, "lib")
+    tmp_dir = os.path.join(work_dir, "tmp")
+    os.makedirs(self.log_dir)
+    os.makedirs(lib_dir)
+    os.makedirs(tmp_dir)
+    dist_lib = os.path.join(flink_home, "lib")
+    for jar in [*(os.path.join(dist_lib, n) for n in os.listdir(dist_lib)),
+                *lib_jars]:
+      os.symlink(jar, os.path.join(lib_dir, os.path.basename(jar)))
+    shutil.copytree(os.path.join(flink_home, "conf"), conf_dir)
+    with open(os.path.join(conf_dir, "config.yaml"), encoding="utf-8") as f:
+      config = _flattened(yaml.safe_load(f))
+    self.rest_port, rpc_port, tm_rpc_port = free_ports(3)
+    config.update({
+        "rest.port": self.rest_port, "jobmanager.rpc.port": rpc_port,
+        "taskmanager.rpc.port": tm_rpc_port,
+        "taskmanager.numberOfTaskSlots": slots,
+        "io.tmp.dirs": tmp_dir, "web.tmpdir": tmp_dir, **settings})
+    with open(os.path.join(conf_dir, "config.yaml"), "w",
+              encoding="utf-8") as f:
+      yaml.safe_dump(config, f, width=float("inf"))
+    self._env = dict(os.environ, FLINK_HOME=flink_home,
+                     FLINK_CONF_DIR=conf_dir, FLINK_LIB_DIR=lib_dir,
+                     FLINK_LOG_DIR=self.log_dir, FLINK_PID_DIR=work_dir)
+    # bin/config.sh would take these from the environment over FLINK_HOME's.
+    for name in ("FLINK_OPT_DIR", "FLINK_PLUGINS_DIR"):
+      self._env.pop(name, None)
+    self._tm_args = [arg for key, value in (taskmanager_settings or {}).items()
+                     for arg in ("-D", f"{key}={value}")]
+    self._tm_rpc_port = tm_rpc_port
+    self.jobmanager: Optional[Service] = None
+    self.taskmanager: Optional[Service] = None
+    self.startup_s: Optional[float] = None
+
+  def _script(self, name: str, *args: str) -> List[str]:
+    return [os.path.join(self.flink_home, "bin", name), "start-foreground",
+            *args]
+
+  def start(self, timeout_s: float) -> "FlinkSessionCluster":
+    """Returns once the TaskManager's slots are registered with the
+    JobManager; stops both and raises if that takes over ``timeout_s``."""
+    began = time.monotonic()
+    try:
+      self.jobmanager = Service("jobmanager", self._script("jobmanager.sh"),
+                                self.rest_port, self.log_dir, env=self._env)
+      self.taskmanager = Service(
+          "taskmanager", self._script("taskmanager.sh", *self._tm_args),
+          self._tm_rpc_port, self.log_dir, env=self._env)
+      self.jobmanager.wait_listening(timeout_s)
+      self.taskmanager.wait_listening(timeout_s - (time.monotonic() - began))
+      while self._slots() < self.slots:
+        for service in (self.jobmanager, self.taskmanager):
+          if service.proc.poll() is not None:
+            raise RuntimeError(f"{service.name} exited with"
+                               f" {service.proc.returncode}"
+                               f"\n{service.log_tail()}")
+        if time.monotonic() - began > timeout_s:
+          raise TimeoutError(f"no {self.slots} slots after {timeout_s}s\n"
+                             f"{self.taskmanager.log_tail()}")
+        time.sleep(0.2)
+    except BaseException:
+      self.stop()
+      raise
+    self.startup_s = time.monotonic() - began
+    return self
+
+  def _slots(self) -> int:
+    try:
+      return self.rest("/overview")["slots-total"]
+    except urllib.error.HTTPError:
+      return 0  # 503 while the JobManager elects its dispatcher
+
+  def rest(self, path: str) -> dict:
+    """GET ``path`` of the JobManager's REST API, as JSON."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{self.rest_port}{path}",
+                                timeout=30) as response:
+      return json.load(response)
+
+  def log_tails(self) -> str:
+    """The ends of both JVMs' logs."""
+    return "\n".join(s.log_tail() for s in (self.jobmanager, self.taskmanager)
+                     if s is not None)
+
+  def stop(self) -> None:
+    """Stops the TaskManager, then the JobManager, each by its group."""
+    for service in (self.taskmanager, self.jobmanager):
+      if service is not None:
+        service.stop()
+
+  def __enter__(self) -> "FlinkSessionCluster":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.stop()
