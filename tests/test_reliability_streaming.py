@@ -185,3 +185,19 @@ def test_seen_ids_state_round_trips_through_its_coder():
   seen = Seen(-62_135_596_800_000, bytes(range(16)), b"\xff" * 16)
   assert SeenCoder().decode(SeenCoder().encode(seen)) == seen
   assert beam.coders.registry.get_coder(Seen) == SeenCoder()
+
+
+@pytest.mark.parametrize("flag", [["--checkpointing_interval", "1000"],
+                                  ["--checkpointing_interval=1000"]])
+def test_checkpointing_a_file_input_on_flink_is_refused_before_the_job(
+    tmp_path, capsys, flag):
+  # Measured on Beam's 2.62 Flink runner: nothing read, or exit 0 with no
+  # output at all (README, Streaming).
+  (tmp_path / "docs.jsonl").write_text('{"id": "a", "text": "x"}\n')
+  code = main(["--streaming", "--input", str(tmp_path / "docs.jsonl"),
+               "--output", str(tmp_path / "out"), "--runner", "FlinkRunner",
+               "--flink_job_server_jar", str(tmp_path / "unused.jar"), *flag])
+  assert code == 2
+  assert capsys.readouterr().err.startswith(
+      "error: --checkpointing_interval with a file --input on FlinkRunner")
+  assert not (tmp_path / "out").exists()
