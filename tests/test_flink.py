@@ -4,6 +4,7 @@ outputs byte-identical to FnApiRunner's, and no JVM left behind. The whole
 end-to-end suite also runs on embedded Flink in the engine tier
 (``NEARDUP_ENGINE=flink``, see ``tests/engines.py``)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,7 +14,8 @@ import pytest
 
 from pipeline import cli, engines
 from tests import engines as engine_tier
-from tests.corpus import tree_bytes
+from tests.corpus import seed_corpus, tree_bytes
+from tests.stream_harness import read_rows
 
 # The engine tests' corpus fixture and job flags, shared so both engines are
 # checked on the same job.
@@ -119,3 +121,29 @@ def test_streaming_flink_runner_without_job_server_exits_2(
   assert code == 2
   assert "scripts/install_flink.sh" in capsys.readouterr().err
   assert not (tmp_path / "out").exists()
+
+
+def test_streaming_file_job_on_flink_gives_the_direct_runners_verdicts(
+    tmp_path):
+  """Every document of a file input gets the verdict it gets on the
+  BundleBasedDirectRunner (streaming on embedded Flink, no checkpoints)."""
+  engine_tier.require_flink_job_server()
+  texts, _ = seed_corpus(n_base=120, edit_frac=0.02, seed=4)
+  with open(tmp_path / "docs.jsonl", "w", encoding="utf-8") as f:
+    f.writelines(json.dumps({"id": f"d{i}", "text": t, "ts": 1000 + i}) + "\n"
+                 for i, t in enumerate(texts))
+  args = ["-m", "pipeline", "--streaming", "--input",
+          str(tmp_path / "docs.jsonl"), "--event_time_field", "ts",
+          "--settle", "1s", "--output_window", "1m"]
+  verdicts = {}
+  for name, runner in (("direct", []), ("flink", [
+      "--runner", "FlinkRunner", "--environment_type", "LOOPBACK"])):
+    done = subprocess.run(
+        [sys.executable, *args, "--output", str(tmp_path / name), *runner],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdicts[name] = {r["id"]: (r["verdict"], r["duplicate_of"])
+                      for r in read_rows(tmp_path / name / "verdicts")}
+  assert len(verdicts["flink"]) == len(texts)
+  assert verdicts["flink"] == verdicts["direct"]
+  assert any(v == "duplicate" for v, _ in verdicts["flink"].values())
