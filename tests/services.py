@@ -83,6 +83,18 @@ def python_worker_env(root: str) -> Dict[str, str]:
   return env
 
 
+def worker_pool(root: str, log_dir: str) -> "Service":
+  """Beam's SDK worker pool (``--environment_type EXTERNAL``) on a free
+  port, its workers this interpreter with ``root``'s code; the caller waits
+  for it to listen and stops it."""
+  port = free_port()
+  return Service(
+      "sdk-worker-pool",
+      [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+       "--service_port", str(port)], port, log_dir,
+      env=python_worker_env(root), cwd=root)
+
+
 class Service:
   """``command`` as a subprocess that is to listen on 127.0.0.1:``port``."""
 
@@ -202,6 +214,9 @@ class FlinkSessionCluster:
     self._tm_rpc_port = tm_rpc_port
     self.jobmanager: Optional[Service] = None
     self.taskmanager: Optional[Service] = None
+    # Every TaskManager started, the killed ones too (so stop() and the
+    # tests' checks reach each group).
+    self.all_taskmanagers: List[Service] = []
     self.startup_s: Optional[float] = None
 
   def _script(self, name: str, *args: str) -> List[str]:
@@ -215,9 +230,7 @@ class FlinkSessionCluster:
     try:
       self.jobmanager = Service("jobmanager", self._script("jobmanager.sh"),
                                 self.rest_port, self.log_dir, env=self._env)
-      self.taskmanager = Service(
-          "taskmanager", self._script("taskmanager.sh", *self._tm_args),
-          self._tm_rpc_port, self.log_dir, env=self._env)
+      self.taskmanager = self._new_taskmanager()
       self.jobmanager.wait_listening(timeout_s)
       self.taskmanager.wait_listening(timeout_s - (time.monotonic() - began))
       while self._slots() < self.slots:
@@ -236,6 +249,57 @@ class FlinkSessionCluster:
     self.startup_s = time.monotonic() - began
     return self
 
+  def _new_taskmanager(self) -> Service:
+    count = len(self.all_taskmanagers)
+    service = Service(
+        "taskmanager" if count == 0 else f"taskmanager-{count + 1}",
+        self._script("taskmanager.sh", *self._tm_args), self._tm_rpc_port,
+        self.log_dir, env=self._env)
+    self.all_taskmanagers.append(service)
+    return service
+
+  def kill_taskmanager(self) -> None:
+    """SIGKILLs the TaskManager's process group (a crash, no shutdown) and
+    waits for the group to be gone."""
+    service = self.taskmanager
+    try:
+      os.killpg(service.proc.pid, 9)
+    except ProcessLookupError:
+      pass
+    service.proc.wait(timeout=STOP_TIMEOUT_S)
+    wait_group_gone(service.proc.pid)
+
+  def start_taskmanager(self, timeout_s: float) -> "FlinkSessionCluster":
+    """Starts a new TaskManager with the same conf (after
+    ``kill_taskmanager``); returns once the JobManager lists a TaskManager
+    it did not list before (a killed one stays listed until its heartbeats
+    time out)."""
+    began = time.monotonic()
+    known = self._taskmanager_ids()
+    self.taskmanager = self._new_taskmanager()
+    try:
+      self.taskmanager.wait_listening(timeout_s)
+      while not self._taskmanager_ids() - known:
+        if self.taskmanager.proc.poll() is not None:
+          raise RuntimeError(f"{self.taskmanager.name} exited with"
+                             f" {self.taskmanager.proc.returncode}"
+                             f"\n{self.taskmanager.log_tail()}")
+        if time.monotonic() - began > timeout_s:
+          raise TimeoutError(f"{self.taskmanager.name} not registered after"
+                             f" {timeout_s}s\n{self.taskmanager.log_tail()}")
+        time.sleep(0.2)
+    except BaseException:
+      self.stop()
+      raise
+    return self
+
+  def _taskmanager_ids(self) -> set:
+    """The ids of the TaskManagers the JobManager lists."""
+    try:
+      return {m["id"] for m in self.rest("/taskmanagers")["taskmanagers"]}
+    except urllib.error.HTTPError:
+      return set()
+
   def _slots(self) -> int:
     try:
       return self.rest("/overview")["slots-total"]
@@ -250,12 +314,13 @@ class FlinkSessionCluster:
 
   def log_tails(self) -> str:
     """The ends of both JVMs' logs."""
-    return "\n".join(s.log_tail() for s in (self.jobmanager, self.taskmanager)
+    return "\n".join(s.log_tail()
+                     for s in (self.jobmanager, *self.all_taskmanagers)
                      if s is not None)
 
   def stop(self) -> None:
     """Stops the TaskManager, then the JobManager, each by its group."""
-    for service in (self.taskmanager, self.jobmanager):
+    for service in (*self.all_taskmanagers, self.jobmanager):
       if service is not None:
         service.stop()
 

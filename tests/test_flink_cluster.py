@@ -122,12 +122,7 @@ def test_session_cluster_job_is_byte_identical_to_fnapi_and_stops(
       lib_jars=engines.flink_taskmanager_jars(),
       taskmanager_settings=TASKMANAGER_SETTINGS)
   with cluster.start(START_TIMEOUT_S):
-    pool_port = services.free_port()
-    pool = services.Service(
-        "sdk-worker-pool",
-        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-         "--service_port", str(pool_port)], pool_port, cluster.log_dir,
-        env=services.python_worker_env(ROOT), cwd=ROOT)
+    pool = services.worker_pool(ROOT, cluster.log_dir)
     try:
       pool.wait_listening(60)
       submitted = time.time()
@@ -135,7 +130,7 @@ def test_session_cluster_job_is_byte_identical_to_fnapi_and_stops(
           *args, "--output", str(tmp_path / "flink"), "--runner",
           "FlinkRunner", "--flink_master", f"localhost:{cluster.rest_port}",
           "--flink_submit_uber_jar", "--environment_type", "EXTERNAL",
-          "--environment_config", f"localhost:{pool_port}",
+          "--environment_config", f"localhost:{pool.port}",
           "--parallelism", str(SLOTS), "--sdk_worker_parallelism",
           str(SLOTS), "--environment_cache_millis", str(ENVIRONMENT_CACHE_MS))
       assert done.returncode == 0, (done.stderr[-3000:] + cluster.log_tails()
