@@ -26,7 +26,8 @@ from pipeline import engines, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
                               config_from_options, options_parser,
                               output_options, unknown_flags)
-from pipeline.preflight import check_index, check_inputs, dataset_patterns
+from pipeline.preflight import (check_index, check_inputs, dataset_patterns,
+                                same_folder)
 from transforms import metrics
 from transforms.config import ConfigError
 from transforms.finalize import (SUCCESS_FILE, OutputBusyError,
@@ -251,7 +252,7 @@ def preflight(patterns: List[str], opts: DedupOptions, config
                "run's outputs to a folder of their own"
                for flag, folder in (("--against", opts.against),
                                     ("--index_out", opts.index_out))
-               if folder and _same_folder(opts.output, folder)]
+               if folder and same_folder(opts.output, folder)]
   if not (opts.against or opts.index_out):
     return None, problems
   params = job.effective_params(config, opts.input_format, opts.text_field,
@@ -310,12 +311,6 @@ def _outputs_after_interrupt(output: str, claim) -> str:
     return f"{output} holds this run's complete outputs ({SUCCESS_FILE})"
   return (f"no outputs were changed: {output} holds its earlier outputs, "
           "if any")
-
-
-def _same_folder(a: str, b: str) -> bool:
-  if "://" in a or "://" in b:
-    return a.rstrip("/") == b.rstrip("/")
-  return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _job_failed(error: Exception, output: str) -> int:

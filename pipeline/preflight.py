@@ -463,8 +463,16 @@ def _check_indexed_files(index: Index, inputs: Sequence[InputFile]
   return problems
 
 
+def same_folder(a: str, b: str) -> bool:
+  """Whether two folder names name the same folder (local ones after
+  making them absolute; on object stores, up to a trailing ``/``)."""
+  if "://" in a or "://" in b:
+    return a.rstrip("/") == b.rstrip("/")
+  return os.path.abspath(a) == os.path.abspath(b)
+
+
 def _check_index_out(index_out: str, against: Optional[str]) -> List[str]:
-  if against and index_out.rstrip("/") == against.rstrip("/"):
+  if against and same_folder(index_out, against):
     return [f"--index_out {index_out}: is the --against index; write the"
             " updated index to a new folder (the old one is read while the"
             " job runs)"]

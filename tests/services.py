@@ -233,16 +233,9 @@ class FlinkSessionCluster:
       self.taskmanager = self._new_taskmanager()
       self.jobmanager.wait_listening(timeout_s)
       self.taskmanager.wait_listening(timeout_s - (time.monotonic() - began))
-      while self._slots() < self.slots:
-        for service in (self.jobmanager, self.taskmanager):
-          if service.proc.poll() is not None:
-            raise RuntimeError(f"{service.name} exited with"
-                               f" {service.proc.returncode}"
-                               f"\n{service.log_tail()}")
-        if time.monotonic() - began > timeout_s:
-          raise TimeoutError(f"no {self.slots} slots after {timeout_s}s\n"
-                             f"{self.taskmanager.log_tail()}")
-        time.sleep(0.2)
+      self._wait_until(lambda: self._slots() >= self.slots,
+                       (self.jobmanager, self.taskmanager), began, timeout_s,
+                       f"no {self.slots} slots")
     except BaseException:
       self.stop()
       raise
@@ -279,19 +272,28 @@ class FlinkSessionCluster:
     self.taskmanager = self._new_taskmanager()
     try:
       self.taskmanager.wait_listening(timeout_s)
-      while not self._taskmanager_ids() - known:
-        if self.taskmanager.proc.poll() is not None:
-          raise RuntimeError(f"{self.taskmanager.name} exited with"
-                             f" {self.taskmanager.proc.returncode}"
-                             f"\n{self.taskmanager.log_tail()}")
-        if time.monotonic() - began > timeout_s:
-          raise TimeoutError(f"{self.taskmanager.name} not registered after"
-                             f" {timeout_s}s\n{self.taskmanager.log_tail()}")
-        time.sleep(0.2)
+      self._wait_until(lambda: bool(self._taskmanager_ids() - known),
+                       (self.taskmanager,), began, timeout_s,
+                       f"{self.taskmanager.name} not registered")
     except BaseException:
       self.stop()
       raise
     return self
+
+  def _wait_until(self, done, services, began: float, timeout_s: float,
+                  what: str) -> None:
+    """Polls ``done()`` until true; raises if one of ``services`` exits or
+    ``timeout_s`` passes from ``began`` (``what`` says what was missing)."""
+    while not done():
+      for service in services:
+        if service.proc.poll() is not None:
+          raise RuntimeError(f"{service.name} exited with"
+                             f" {service.proc.returncode}"
+                             f"\n{service.log_tail()}")
+      if time.monotonic() - began > timeout_s:
+        raise TimeoutError(f"{what} after {timeout_s}s\n"
+                           f"{services[-1].log_tail()}")
+      time.sleep(0.2)
 
   def _taskmanager_ids(self) -> set:
     """The ids of the TaskManagers the JobManager lists."""

@@ -280,11 +280,14 @@ def finalize_output(report: dict, staging: str, output: str, names,
     _mkdirs(target.rsplit("/", 1)[0])
     FileSystems.rename([path], [target])
     moved[relative] = size
-  # A retried call finds the files it moved already in place.
-  for name in names:
-    for path, size in _files_under(join(output, name)).items():
-      moved.setdefault(path[len(output):].lstrip("/"), size)
-  _check_in_place(output, moved)
+  # One listing after the moves: a retried call finds the files it moved
+  # already in place, and every moved file must be there with its size.
+  found = _files_under(output)
+  for path, size in found.items():
+    relative = path[len(output):].lstrip("/")
+    if relative.split("/", 1)[0] in names:
+      moved.setdefault(relative, size)
+  _check_in_place(output, moved, found)
   stats = report["stats"]
   success = {
       "counts": {name: stats.get(name, 0) for name in _COUNTS},
@@ -307,9 +310,9 @@ def finalize_output(report: dict, staging: str, output: str, names,
   return success
 
 
-def _check_in_place(output: str, moved: dict) -> None:
-  """Raises unless every moved file is under ``output`` with its size."""
-  found = _files_under(output)
+def _check_in_place(output: str, moved: dict, found: dict) -> None:
+  """Raises unless every moved file is in ``found`` (the listing of
+  ``output``) with its size."""
   join = FileSystems.join
   lost = [name for name, size in sorted(moved.items())
           if found.get(join(output, *name.split("/"))) != size]
