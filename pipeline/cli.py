@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import (PipelineOptions,
                                                   StandardOptions)
 from apache_beam.runners.runner import PipelineState
 
-from pipeline import engines, job, run_config
+from pipeline import engines, introspection, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
                               config_from_options, options_parser,
                               output_options, unknown_flags)
@@ -76,6 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _main(argv: Optional[List[str]]) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
+  introspection.memoize_introspection()
   try:
     argv = run_config.expand(argv, options_parser)
   except run_config.RunConfigError as e:

@@ -5,9 +5,12 @@ import json
 import os
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -99,3 +102,53 @@ def test_a_file_that_changed_since_it_was_read_fails_the_job(tmp_path):
   # Same size as matched, but fewer rows than the clustered ids refer to.
   with pytest.raises(Exception, match="fewer rows than when it was read"):
     _run(files, clusters, rejected, str(tmp_path / "out2"))
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(user_id=_JSON_VALUES, matched_id=_JSON_VALUES,
+       numbers=st.lists(st.one_of(st.none(), st.integers(0, 2**62)),
+                        min_size=4, max_size=4),
+       similarities=st.lists(st.one_of(
+           st.none(), st.floats(0, 1), st.floats(allow_nan=True,
+                                                 allow_infinity=True)),
+           min_size=2, max_size=2),
+       flags=st.lists(st.booleans(), min_size=2, max_size=2),
+       row=st.integers(0, 2**20), path=st.text(max_size=10),
+       indexed=st.booleans())
+def test_cluster_lines_are_the_json_of_the_row_dict(
+    user_id, matched_id, numbers, similarities, flags, row, path, indexed):
+  """The directly formatted clusters/ line is byte for byte what the JSON
+  encoder writes for the row's dict, whatever the values' types."""
+  cluster_id, size, kept_doc, matched_doc = numbers
+  info = ClusterInfo(cluster_id, size, flags[0], kept_doc, matched_doc,
+                     matched_id, *similarities, flags[1])
+  files = {0: "old.jsonl"} if indexed else None
+  doc_id = make_doc_id(3, row)
+  expected = {
+      "doc_id": doc_id, "id": user_id, "cluster_id": cluster_id,
+      "cluster_size": size, "kept": flags[0], "source": path,
+      "position": row + 1, "kept_doc_id": kept_doc,
+      "matched_doc_id": matched_doc, "matched_id": matched_id,
+      "matched_jaccard": write_module.annotate.rounded(similarities[0]),
+      "jaccard_to_kept": write_module.annotate.rounded(similarities[1]),
+      "chain_kept": flags[1]}
+  if indexed:
+    expected.update(write_module._matched_in_index(matched_doc, files))  # pylint: disable=protected-access
+  (line,) = write_module._cluster_lines(3, [(row, info)], {row: user_id},  # pylint: disable=protected-access
+                                        path, files)
+  assert line == write_module.annotate.json_text(expected).encode("utf-8")
+
+
+@pytest.mark.parametrize("value", [np.int64(7), np.float64(0.25),
+                                   np.bool_(True), 2**70, -0.0, 1e-7])
+def test_json_scalar_writes_what_the_encoder_writes(value):
+  assert write_module.json_scalar(value) == write_module.annotate.json_text(
+      value)

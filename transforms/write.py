@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import math
 from operator import attrgetter
 from typing import Any, Dict, List, NamedTuple, Tuple
 
@@ -343,9 +344,8 @@ class _WriteFileFn(metrics.MeteredDoFn):
     """The part's ``clusters/`` and ``rejected/`` files, if it has rows."""
     index = source.index
     if part.clusters:
-      rows = [_cluster_row(make_doc_id(index, row), info, user_ids.get(row),
-                           source, self._indexed)
-              for row, info in sorted(part.clusters.items())]
+      rows = _cluster_lines(index, sorted(part.clusters.items()), user_ids,
+                            source.path, self._indexed)
       _write_lines(join_path(self._output, CLUSTERS_DIR,
                              part_name(index, chunk, "jsonl")), rows)
     if self._options.removal_list and part.removed():
@@ -406,12 +406,18 @@ class _LineSink:
   ``suffix`` says; the file is created only when the first one arrives.
   ``close()`` returns the number written."""
 
+  # Lines are handed to the stream in batches of about this many bytes: one
+  # write per line was a fifth of the writing stage at 100k documents.
+  BATCH_BYTES = 1 << 20
+
   def __init__(self, path: str, suffix: str = ""):
     self._path = path
     self._suffix = suffix
     self._files = contextlib.ExitStack()
     self._handle = None
     self._count = 0
+    self._pending: List[bytes] = []
+    self._pending_bytes = 0
 
   def _open(self):
     self._handle = self._files.enter_context(
@@ -419,11 +425,19 @@ class _LineSink:
     return self._handle
 
   def add(self, line: bytes) -> None:
-    handle = self._handle or self._open()
-    handle.write(line if line.endswith(b"\n") else line + b"\n")
+    self._pending.append(line if line.endswith(b"\n") else line + b"\n")
+    self._pending_bytes += len(line)
     self._count += 1
+    if self._pending_bytes >= self.BATCH_BYTES:
+      self._flush()
+
+  def _flush(self) -> None:
+    if self._pending:
+      (self._handle or self._open()).write(b"".join(self._pending))
+      self._pending, self._pending_bytes = [], 0
 
   def close(self) -> int:
+    self._flush()
     self._files.close()
     return self._count
 
@@ -472,25 +486,57 @@ def _json_field(line: bytes, field: str):
   return json_field(line.decode("utf-8"), field)
 
 
-def _cluster_row(doc_id, info, user_id, source, indexed=None):
-  row = {
-      "doc_id": doc_id,
-      "id": user_id,
-      "cluster_id": info.cluster_id,
-      "cluster_size": info.cluster_size,
-      "kept": info.kept,
-      "source": source.path,
-      "position": split_doc_id(doc_id)[1] + 1,
-      "kept_doc_id": info.kept_doc_id,
-      "matched_doc_id": info.matched_doc_id,
-      "matched_id": info.matched_id,
-      "matched_jaccard": _rounded(info.matched_jaccard),
-      "jaccard_to_kept": _rounded(info.jaccard_to_kept),
-      "chain_kept": info.chain_kept,
-  }
-  if indexed is not None:
-    row.update(_matched_in_index(info.matched_doc_id, indexed))
-  return _json_line(row)
+# One clusters/ row; the same bytes json_text writes for the dict of these
+# keys in this order (tests/test_write.py checks it on arbitrary values),
+# formatted directly: 44k rows of a 100k-document run took 0.17 s through
+# the generic encoder.
+_CLUSTER_ROW = ('{"doc_id": %s, "id": %s, "cluster_id": %s, "cluster_size": %s,'
+                ' "kept": %s, "source": %s, "position": %s, "kept_doc_id": %s,'
+                ' "matched_doc_id": %s, "matched_id": %s, "matched_jaccard": %s,'
+                ' "jaccard_to_kept": %s, "chain_kept": %s')
+
+
+def json_scalar(value) -> str:
+  """``json_text(value)``, with None, bools, ints and finite floats written
+  without the encoder."""
+  if value is None:
+    return "null"
+  if value is True:
+    return "true"
+  if value is False:
+    return "false"
+  kind = type(value)
+  if kind is int:
+    return int.__repr__(value)
+  if kind is float and math.isfinite(value):
+    return float.__repr__(value)
+  return annotate.json_text(value)
+
+
+def _cluster_lines(file_index: int, rows, user_ids, path: str,
+                   indexed=None) -> List[bytes]:
+  """The ``clusters/`` lines of ``rows`` (sorted ``(row, ClusterInfo)``) of
+  one input file: one JSON object each, keys in the order of
+  :data:`_CLUSTER_ROW` (then where the matched document is, for a run
+  against an index)."""
+  source = annotate.json_text(path)
+  lines = []
+  for row, info in rows:
+    doc_id = make_doc_id(file_index, row)
+    line = _CLUSTER_ROW % (
+        json_scalar(doc_id), json_scalar(user_ids.get(row)),
+        json_scalar(info.cluster_id), json_scalar(info.cluster_size),
+        json_scalar(info.kept), source, json_scalar(row + 1),
+        json_scalar(info.kept_doc_id), json_scalar(info.matched_doc_id),
+        json_scalar(info.matched_id),
+        json_scalar(_rounded(info.matched_jaccard)),
+        json_scalar(_rounded(info.jaccard_to_kept)),
+        json_scalar(info.chain_kept))
+    if indexed is not None:
+      line += ", " + annotate.json_text(
+          _matched_in_index(info.matched_doc_id, indexed))[1:-1]
+    lines.append((line + "}").encode("utf-8"))
+  return lines
 
 
 def _matched_in_index(matched_doc_id, indexed) -> dict:
