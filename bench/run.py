@@ -11,6 +11,10 @@ Usage (from the repository root)::
 The issue 12 run (README, "Benchmarks") adds ``--profile-runs 5``: five
 py-spy profiles of ours on the end-to-end seed-style corpus (target 12.4,
 ``bench/beam_share.py``); the default and ``--quick`` profile nothing.
+The issue 31 run adds ``--e2e-web 100000 --e2e-peers rensa
+--fixed-cost-runs 5 --baseline-tree DIR`` (the phase timing of
+``bench/fixed_cost.py`` before and after), once pinned and once
+``--unpinned``.
 
 Every measurement runs in a fresh process pinned to one CPU, so throughput
 is per core and the peak RSS (read with ``wait4``) is per system.
@@ -46,6 +50,7 @@ if ROOT not in sys.path:
 from bench import corpora  # noqa: E402  (needs ROOT on sys.path)
 from bench import measure  # noqa: E402
 from bench import beam_share  # noqa: E402
+from bench import fixed_cost  # noqa: E402
 from bench.jobs import (CORPUS_PARAMS, TARGET_E2E_DOCS,  # noqa: E402
                         corpus_params, machine_info, pipeline_argv)
 from bench import systems  # noqa: E402
@@ -83,9 +88,10 @@ ISSUE_12_SHUFFLE_B_PER_DOC = 1_070
 class Runner:
   """Runs measurements in pinned child processes (or in this process)."""
 
-  def __init__(self, in_process: bool):
+  def __init__(self, in_process: bool, pinned: bool = True):
     self.in_process = in_process
-    self.cpu = None if in_process else max(os.sched_getaffinity(0))
+    self.cpu = (max(os.sched_getaffinity(0)) if pinned and not in_process
+                else None)
 
   def _spawn(self, cmd: List[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep
@@ -99,7 +105,8 @@ class Runner:
       start = time.perf_counter()
       proc = subprocess.Popen(
           cmd, cwd=ROOT, env=env, stdout=out, stderr=err,
-          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+          preexec_fn=(lambda: os.sched_setaffinity(0, {cpu}))
+          if cpu is not None else None)
       tree = measure.TreeRssSampler(proc.pid)
       # wait4 (not communicate) so that the child's own rusage comes back.
       _, status, usage = os.wait4(proc.pid, 0)
@@ -363,16 +370,7 @@ def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes,
   add("12.2", f"{n:,} seed-style docs: ours wall <= 1.5x rensa's",
       r and round(r, 2), r and r <= 1.5, "" if r else "not measured")
   big = scale if scale and "seconds" in scale else None
-  peer = _find(scale_peers, system="rensa")
-  if big and peer:
-    wall = big["seconds"] / peer["seconds"]
-    rss = big["peak_rss_mb"] / peer["peak_rss_mb"]
-    add("12.3a", f"{big['docs']:,} docs: ours wall <= 0.7x rensa's and"
-        " peak RSS <= 0.5x", {"wall": round(wall, 2), "rss": round(rss, 2)},
-        wall <= 0.7 and rss <= 0.5)
-  else:
-    add("12.3a", "1M docs: ours wall <= 0.7x rensa's and peak RSS <= 0.5x",
-        None, None, "needs --scale and rensa in --scale-peers")
+  targets.append(_scale_target("12.3a", big, scale_peers, 0.7, 0.5))
   growth = big["seconds"] / ours["seconds"] if big and ours else None
   add("12.3b", "time(scale)/time(e2e-seed) <= 10",
       growth and round(growth, 2), growth and growth <= 10,
@@ -397,6 +395,49 @@ def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes,
   return targets
 
 
+def evaluate_issue_31(e2e, scale, scale_peers, runner_rows, sizes
+                      ) -> List[dict]:
+  """The targets of issue 31: a tiny run's wall, ours against rensa at
+  e2e_seed documents on both corpora (wall) and at the scale size (wall
+  and peak RSS)."""
+  targets = []
+
+  def add(*args, **kwargs):
+    targets.append(_target(*args, **kwargs))
+
+  tiny = _find(runner_rows, runner=DEFAULT_RUNNER, docs=sizes["runners_tiny"])
+  add("31.1", f"a {sizes['runners_tiny']:,}-document run <= 1.5 s wall"
+      f" ({DEFAULT_RUNNER}, median of {TINY_RUNS} runs)",
+      tiny and round(tiny["seconds"], 2),
+      tiny and tiny["seconds"] <= 1.5, "" if tiny else "not measured")
+  for tid, corpus, key in (("31.2", "seed-style", "e2e_seed"),
+                           ("31.3", "web-like", "e2e_web")):
+    n = sizes[key]
+    ours = _find(e2e, corpus=corpus, system="ours", docs=n)
+    rensa = _find(e2e, corpus=corpus, system="rensa", docs=n)
+    r = ours["seconds"] / rensa["seconds"] if ours and rensa else None
+    add(tid, f"{n:,} {corpus} docs: ours wall <= 1.0x rensa's",
+        r and round(r, 2), r and r <= 1.0,
+        "" if r else f"needs --{key.replace('_', '-')} and rensa")
+  big = scale if scale and "seconds" in scale else None
+  targets.append(_scale_target("31.4", big, scale_peers, 0.5, 0.35))
+  return targets
+
+
+def _scale_target(tid, big, scale_peers, wall_bound, rss_bound) -> dict:
+  """Ours at the scale size against rensa: wall and peak RSS ratios."""
+  text = (f"{big['docs'] if big else 1_000_000:,} docs: ours wall <="
+          f" {wall_bound}x rensa's and peak RSS <= {rss_bound}x")
+  peer = _find(scale_peers, system="rensa")
+  if not (big and peer):
+    return _target(tid, text, None, None,
+                   "needs --scale and rensa in --scale-peers")
+  wall = big["seconds"] / peer["seconds"]
+  rss = big["peak_rss_mb"] / peer["peak_rss_mb"]
+  return _target(tid, text, {"wall": round(wall, 2), "rss": round(rss, 2)},
+                 wall <= wall_bound and rss <= rss_bound)
+
+
 def _fmt(x, digits=2):
   if x is None:
     return "-"
@@ -409,9 +450,11 @@ def _fmt(x, digits=2):
 
 def markdown(results: dict) -> str:
   m = results["machine"]
+  pinning = ("pinned to one CPU" if results.get("pinned_cpu") is not None
+             else "free to use every CPU (--unpinned)")
   lines = [f"### Benchmark {results['date']} ({results['mode']})", "",
            f"Machine: {m['cpu']}, {m['cores']} cores; every measurement in a"
-           f" fresh process pinned to one CPU; load average at start"
+           f" fresh process {pinning}; load average at start"
            f" {', '.join(f'{x:.2f}' for x in m['load_avg_start'])}, at end"
            f" {', '.join(f'{x:.2f}' for x in m['load_avg_end'])}."
            f" Python {m['python']}, rensa {m['versions']['rensa']},"
@@ -497,7 +540,12 @@ def markdown(results: dict) -> str:
               f" seed-style docs (py-spy {beam_share.RATE} Hz, the job pinned"
               " to one CPU, py-spy on another; shares of the non-idle"
               " samples):", ""] + beam_share.table(results["profiles"])
-  lines += ["", "Targets (issues 3 and 12):", ""]
+  if results.get("fixed_cost"):
+    lines += ["", "Fixed cost: where ours' wall goes (seconds, median of"
+              f" {results['fixed_cost_runs']} runs of each tree, interleaved;"
+              " `bench/fixed_cost.py`):", ""]
+    lines += fixed_cost.table(results["fixed_cost"])
+  lines += ["", "Targets (issues 3, 12 and 31):", ""]
   for t in results["targets"]:
     note = f" — {t['note']}" if t["note"] else ""
     lines.append(f"- {t['status']} {t['id']}: {t['target']}: measured"
@@ -542,6 +590,18 @@ def parse_args(argv):
                       help="py-spy profiles of ours on the e2e seed-style"
                       " corpus, for target 12.4 (0 = none; the issue 12 run"
                       " uses 5)")
+  parser.add_argument("--e2e-peers", default=",".join(E2E_PEERS),
+                      help="peers run end to end beside ours on the e2e"
+                      " corpora, comma-separated")
+  parser.add_argument("--unpinned", action="store_true",
+                      help="let every measured process use every CPU")
+  parser.add_argument("--fixed-cost-runs", type=int, default=0,
+                      help="runs of bench/fixed_cost.py's phase timing of"
+                      " ours at --runners-tiny and --e2e-seed documents"
+                      " (0 = none; the issue 31 run uses 5)")
+  parser.add_argument("--baseline-tree", default=None,
+                      help="a checkout of earlier code that the fixed-cost"
+                      " timing also runs (before and after)")
   parser.add_argument("--in-process", action="store_true",
                       help="measure in this process (no pinning, no"
                       " per-system RSS); for tests")
@@ -560,7 +620,7 @@ def main(argv: Optional[List[str]] = None) -> int:
   sketches = [s for s in args.sketches.split(",") if s]
   now = datetime.datetime.now(datetime.timezone.utc)
   workdir = args.workdir or tempfile.mkdtemp(prefix="neardup-bench-")
-  runner = Runner(args.in_process)
+  runner = Runner(args.in_process, pinned=not args.unpinned)
   results = {"date": now.strftime("%Y-%m-%d %H:%M UTC"), "mode": mode,
              "sizes": sizes, "machine": machine_info(),
              "pinned_cpu": runner.cpu,
@@ -579,6 +639,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     return corpus_dirs[key]
 
   sig_rows, e2e_rows, scale, scale_peers, profiles = [], [], None, [], []
+  fixed = {}
   try:
     for key, name in SIG_CORPORA:
       for system in ([f"ours-{s}" for s in sketches] + list(PEERS)
@@ -592,8 +653,9 @@ def main(argv: Optional[List[str]] = None) -> int:
           r["docs_per_s"] = r["docs"] / r["seconds"]
           r["mb_per_s"] = r["bytes"] / r["seconds"] / 1e6
         sig_rows.append(r)
+    e2e_peers = tuple(p for p in args.e2e_peers.split(",") if p)
     for key, name in E2E_CORPORA:
-      for system in ("ours",) + E2E_PEERS if sizes[key] else ():
+      for system in ("ours",) + e2e_peers if sizes[key] else ():
         spec = {"kind": "clusters", "system": system,
                 "corpus": corpus(key, name), "docs": sizes[key],
                 "params": results["params"][name]}
@@ -621,6 +683,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                                   corpus="seed-style"))
     runner_rows = compare_runners(runner, args.runners, sizes, e2e_rows,
                                   scale, corpus, results["params"], workdir)
+    if args.fixed_cost_runs:
+      trees = {"this tree": ROOT}
+      if args.baseline_tree:
+        trees = {"baseline": os.path.abspath(args.baseline_tree), **trees}
+      for key in ("runners_tiny", "e2e_seed"):
+        if sizes[key]:
+          print(f"[bench] fixed cost at {sizes[key]:,} docs ...",
+                file=sys.stderr, flush=True)
+          fixed[sizes[key]] = fixed_cost.breakdown(
+              trees, corpus(key, "seed-style"), results["params"]["seed-style"],
+              args.fixed_cost_runs, pinned=not args.unpinned)
   finally:
     if not args.workdir:
       shutil.rmtree(workdir, ignore_errors=True)
@@ -631,12 +704,15 @@ def main(argv: Optional[List[str]] = None) -> int:
   results["scale_peers"] = scale_peers
   results["runners"] = runner_rows
   results["profiles"] = profiles
+  results["fixed_cost"] = fixed
+  results["fixed_cost_runs"] = args.fixed_cost_runs
   results["ratios"] = ratios(sig_rows, e2e_rows + ([scale] if scale else [])
                              + scale_peers)
   results["targets"] = (
       evaluate_targets(sig_rows, e2e_rows, scale, sizes)
       + evaluate_issue_12(e2e_rows, scale, scale_peers, runner_rows, sizes,
-                          profiles=profiles))
+                          profiles=profiles)
+      + evaluate_issue_31(e2e_rows, scale, scale_peers, runner_rows, sizes))
   results["machine"]["load_avg_end"] = os.getloadavg()
   out = args.out or os.path.join(ROOT, "bench", "results",
                                  now.strftime("%Y-%m-%d") + ".json")

@@ -11,6 +11,7 @@ import pytest
 
 from bench import corpora, jobs
 from bench import beam_share
+from bench import fixed_cost
 from bench import run
 from bench import systems
 
@@ -85,7 +86,7 @@ def tiny_results(tmp_path_factory):
   code = run.main(["--quick", "--in-process", "--sig-seed", "150",
                    "--sig-web", "40", "--e2e-seed", "600", "--e2e-web", "0",
                    "--scale", "0", "--repeats", "1", "--seed", "7",
-                   "--out", str(out)])
+                   "--fixed-cost-runs", "1", "--out", str(out)])
   assert code == 0
   with open(out, encoding="utf-8") as f:
     return json.load(f)
@@ -123,21 +124,28 @@ def test_harness_end_to_end_finds_the_planted_duplicates(tiny_results):
 def test_harness_evaluates_every_target(tiny_results):
   status = {t["id"]: t["status"] for t in tiny_results["targets"]}
   assert set(status) == {"1a", "1b", "2", "3a", "3b", "4", "12.1", "12.2",
-                         "12.3a", "12.3b", "12.4", "12.5"}
-  for tid in ("1a", "1b", "2", "3a", "3b", "12.1", "12.2", "12.5"):
+                         "12.3a", "12.3b", "12.4", "12.5", "31.1", "31.2",
+                         "31.3", "31.4"}
+  for tid in ("1a", "1b", "2", "3a", "3b", "12.1", "12.2", "12.5", "31.1",
+              "31.2"):
     assert status[tid] in ("PASS", "FAIL"), tid
-  for tid in ("4", "12.3a", "12.3b"):  # no --scale run
+  for tid in ("4", "12.3a", "12.3b", "31.4"):  # no --scale run
     assert status[tid] == "SKIP", tid
   assert status["12.4"] == "SKIP"  # no --profile-runs
   report = run.markdown(tiny_results)
   for system in OURS + PEERS:
     assert f"| {system} |" in report
+  assert sorted(tiny_results["fixed_cost"]) == ["20", "600"]
+  assert "| 600 | this tree |" in report
+
+
+def _row(system, docs, seconds, corpus="seed-style", rss=100.0, **extra):
+  return dict(system=system, docs=docs, seconds=seconds, peak_rss_mb=rss,
+              corpus=corpus, **extra)
 
 
 def test_issue_12_targets_compare_with_rensa_at_both_sizes():
-  def row(system, docs, seconds, rss=100.0, **extra):
-    return dict(system=system, docs=docs, seconds=seconds, peak_rss_mb=rss,
-                corpus="seed-style", **extra)
+  row = _row
   sizes = {"runners_tiny": 20, "e2e_seed": 100_000}
   e2e = [row("ours", 100_000, 14.0, shuffle_bytes_per_doc=1_071.0),
          row("rensa", 100_000, 10.0)]
@@ -352,3 +360,40 @@ def test_pipeline_output_gives_pairs_and_shuffle_bytes_per_document(tmp_path):
   assert out["shuffle_bytes_per_doc_by_shuffle"] == {"band_keys": 40.0,
                                                      "edges": 10.0}
   assert out["stats"]["removed"] == 1
+
+
+def test_issue_31_targets_compare_with_rensa_on_both_corpora():
+  row = _row
+  sizes = {"runners_tiny": 20, "e2e_seed": 100_000, "e2e_web": 100_000}
+  e2e = [row("ours", 100_000, 9.0), row("rensa", 100_000, 10.0),
+         row("ours", 100_000, 11.0, "web-like"),
+         row("rensa", 100_000, 10.0, "web-like")]
+  tiny = [dict(row("ours", 20, 1.4), runner=run.DEFAULT_RUNNER)]
+  scale = row("ours", 1_000_000, 50.0, rss=3_000.0)
+  peers = [row("rensa", 1_000_000, 100.0, rss=8_000.0)]
+  got = {t["id"]: (t["status"], t["measured"])
+         for t in run.evaluate_issue_31(e2e, scale, peers, tiny, sizes)}
+  assert got["31.1"] == ("PASS", 1.4)
+  assert got["31.2"] == ("PASS", 0.9)
+  assert got["31.3"] == ("FAIL", 1.1)
+  assert got["31.4"] == ("FAIL", {"wall": 0.5, "rss": 0.38})
+  sizes["e2e_web"] = 0
+  got = {t["id"]: t["status"]
+         for t in run.evaluate_issue_31(e2e[:2], None, [], [], sizes)}
+  assert got == {"31.1": "SKIP", "31.2": "PASS", "31.3": "SKIP",
+                 "31.4": "SKIP"}
+
+
+def test_fixed_cost_phases_add_up_to_the_wall(tmp_path):
+  directory = str(tmp_path / "c")
+  corpora.write(corpora.seed_style(20, seed=4), directory)
+  rows = fixed_cost.breakdown({"this tree": run.ROOT}, directory,
+                              run.corpus_params("seed-style", 4), runs=1)
+  r = rows["this tree"]
+  assert set(r["phases"]) == set(fixed_cost.PHASES)
+  assert all(v >= 0 for v in r["phases"].values()), r
+  assert sum(r["phases"].values()) == pytest.approx(r["wall"], rel=0.01)
+  assert r["phases"]["imports"] > 0 and r["phases"]["work"] > 0
+  assert r["phases"]["kernels"] == 0  # 20 documents stay on the pure paths
+  (line,) = fixed_cost.table({20: rows})[2:]
+  assert line.startswith("| 20 | this tree | ")
