@@ -94,3 +94,19 @@ def test_a_stateful_dofn_still_runs_with_its_state_and_timers():
     out = (p | beam.Create([("a", 1), ("a", 2), ("b", 3)])
            | beam.ParDo(_Counting()))
     assert_that(out, equal_to([("a", 1), ("a", 2), ("b", 1)]))
+
+
+def test_yield_and_return_check_is_beams_own():
+  beams = introspection._BEAMS_OWN["_check_fn_use_yield_and_return"]  # pylint: disable=protected-access
+
+  class Both(beam.DoFn):
+    def process(self, element):
+      if element:
+        return [element]
+      yield element
+
+  for dofn in _dofns() + [Both()]:
+    expected = beams(dofn.process)
+    assert core._check_fn_use_yield_and_return(dofn.process) == expected  # pylint: disable=protected-access
+    assert core._check_fn_use_yield_and_return(dofn.process) == expected  # pylint: disable=protected-access
+  assert core._check_fn_use_yield_and_return(Both().process)  # pylint: disable=protected-access
