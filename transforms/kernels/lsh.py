@@ -32,17 +32,25 @@ def false_negative_area(threshold: float, bands: int, rows: int) -> float:
 
 
 def choose_bands_rows(threshold: float, num_perm: int, fp_weight: float = 0.5,
-                      fn_weight: float = 0.5) -> Tuple[int, int]:
+                      fn_weight: float = 0.5,
+                      min_candidate: Optional[float] = None) -> Tuple[int, int]:
   """(b, r) with b*r <= num_perm minimising the weighted error areas.
 
-  Ties go to the smaller b*r (cheaper), then fewer bands.
+  With ``min_candidate``, only bandings whose P(candidate) at ``threshold``
+  (and so at every higher similarity) reaches it are eligible; when none
+  does, the one with the highest P(candidate) there is returned. Ties go to
+  the smaller b*r (cheaper), then fewer bands.
   """
   best = None
   for bands in range(1, num_perm + 1):
     for rows in range(1, num_perm // bands + 1):
+      short = 0.0
+      if min_candidate is not None:
+        short = max(0.0, min_candidate - float(collision_probability(
+            threshold, bands, rows)))
       err = (fp_weight * false_positive_area(threshold, bands, rows)
              + fn_weight * false_negative_area(threshold, bands, rows))
-      key = (round(err, 12), bands * rows, bands)
+      key = (round(short, 12), round(err, 12), bands * rows, bands)
       if best is None or key < best[0]:
         best = (key, bands, rows)
   return best[1], best[2]
