@@ -30,25 +30,29 @@ class FindCandidates(beam.PTransform):
   A bucket (documents sharing a band key) of k <= ``config.
   exhaustive_bucket_size`` members yields all its k(k-1)/2 pairs, so the
   verified graph holds every pair of it that passes verification. A larger
-  bucket costs at most k * ``config.bucket_hubs`` pairs (see
-  :func:`~transforms.kernels.lsh.large_bucket_pairs`): its members go to
-  their node shards for their signature digests, then to the edge shard of
-  the bucket's smallest id, so only the documents of such buckets are
-  shuffled twice more. Pairs go to the edge shard of their bucket's
-  smallest id (so a bucket's pairs are verified, and reduced to a spanning
-  forest, in one place); a pair found in several buckets is kept once.
+  bucket yields its members instead, in the edge shard of its smallest id
+  (they go to their node shards for their signature digests first, so only
+  the documents of such buckets are shuffled twice more): verification
+  finds the components that all its pairs would give with about k x
+  (components) comparisons (:mod:`~transforms.kernels.bucket_components`);
+  with ``verify`` none, where every pair passes, they are a star from the
+  smallest id. Pairs go to the edge shard of their bucket's smallest id (so
+  a bucket's pairs are verified, and reduced to a spanning forest, in one
+  place); a pair found in several buckets is kept once.
 
   Against an index (``first_new_id`` given: indexed documents have lower
   ids), only buckets holding a new document are collided, whole, and pairs
   of two indexed documents are dropped.
 
   Args:
-    config: ``exhaustive_bucket_size``, ``bucket_hubs`` and ``lsh_shards``.
+    config: ``exhaustive_bucket_size``, ``verify`` and ``lsh_shards``.
     first_new_id: the lowest id of a new document, or None.
 
   Returns:
-    ``{"edges": (edge shard, EdgeBatch), "counts"}`` (``buckets_multi``,
-    ``buckets_large``, ``candidate_edges``, the bucket size histogram).
+    ``{"edges": (edge shard, EdgeBatch), "buckets": (edge shard,
+    BucketMembers), "counts"}`` (``buckets_multi``, ``buckets_large``,
+    ``candidate_edges``, the bucket size histogram); ``buckets`` is empty
+    with ``verify`` none.
   """
 
   def __init__(self, config: DedupConfig, first_new_id: int = None):
@@ -72,13 +76,17 @@ class FindCandidates(beam.PTransform):
     distinct = ({"edges": found.edges, "large": signed}
                 | "GroupEdges" >> JoinByKey()
                 | "DistinctEdges" >> beam.ParDo(_DistinctFn(
-                    c, self._first_new_id)).with_outputs(
-                        metrics.COUNTS, main="edges"))
-    return {"edges": distinct.edges,
+                    c, self._first_new_id)).with_output_types(
+                        Tuple[int, EdgeBatch],
+                        **{_BUCKETS: Tuple[int, BucketMembers],
+                           metrics.COUNTS: metrics.Count}).with_outputs(
+                               metrics.COUNTS, _BUCKETS, main="edges"))
+    return {"edges": distinct.edges, "buckets": distinct[_BUCKETS],
             "counts": (found[metrics.COUNTS], distinct[metrics.COUNTS])}
 
 
 _LARGE = "large"
+_BUCKETS = "buckets"
 
 
 class _CollideFn(metrics.MeteredDoFn):
@@ -156,7 +164,6 @@ class _SignMembersFn(RouteByShard):
         digests)
 
 
-@beam.typehints.with_output_types(Tuple[int, EdgeBatch])
 class _DistinctFn(beam.DoFn):
 
   def __init__(self, config: DedupConfig, first_new_id: int = None):
@@ -165,16 +172,20 @@ class _DistinctFn(beam.DoFn):
 
   def process(self, element):
     shard, joined = element
-    c = self._config
     parts = list(joined["edges"])
     if joined["large"]:
-      src, dst, _ = lsh_kernels.large_bucket_pairs(
-          *lsh_kernels.concat_arrays(joined["large"]),
-          c.exhaustive_bucket_size, c.bucket_hubs)
-      if self._first_new_id is not None:
-        new = dst >= self._first_new_id
-        src, dst = src[new], dst[new]
-      parts.append((src, dst))
+      keys, anchors, ids, _ = lsh_kernels.concat_arrays(joined["large"])
+      if self._config.verify != "none":
+        yield beam.pvalue.TaggedOutput(_BUCKETS, (shard, BucketMembers(
+            keys, anchors, ids)))
+      else:
+        # Every pair passes: the bucket is one component, a star spans it.
+        star = ids != anchors
+        if self._first_new_id is not None:
+          star &= ids >= self._first_new_id
+        parts.append((anchors[star], ids[star]))
+    if not parts:
+      return
     src, dst = lsh_kernels.distinct_edges(*lsh_kernels.concat_arrays(parts))
     if not len(src):
       return

@@ -48,12 +48,12 @@ class DedupConfig:
   ``signature`` the fraction of equal signature entries is; ``none`` keeps
   every candidate.
 
-  Within every LSH bucket of at most ``exhaustive_bucket_size`` documents
-  all pairs are candidates, so the clusters are the connected components of
-  all pairs of such buckets that pass verification. A larger bucket of k
-  documents costs at most k x ``bucket_hubs`` pairs: identical signatures
-  are joined first, then every distinct one is compared with the
-  ``bucket_hubs`` lowest ids. ``chain_guard`` removes a clustered document
+  Within every LSH bucket all pairs count, so the clusters are the
+  connected components of all pairs of a bucket that pass verification: a
+  bucket of at most ``exhaustive_bucket_size`` documents has all its pairs
+  verified, a larger one of k documents the pairs that the triangle
+  inequality cannot rule out (about k x its components; at worst all
+  k(k-1)/2, see :mod:`~transforms.kernels.bucket_components`). ``chain_guard`` removes a clustered document
   only if its exact Jaccard to the kept one reaches ``threshold``.
   """
 
@@ -78,7 +78,6 @@ class DedupConfig:
   max_residual_edges: int = 1_000_000
   lsh_shards: int = 64
   exhaustive_bucket_size: int = 64
-  bucket_hubs: int = 8
   chain_guard: bool = False
 
   def __post_init__(self):
@@ -145,11 +144,6 @@ class DedupConfig:
            f"exhaustive_bucket_size={self.exhaustive_bucket_size!r}: use an"
            " integer from 2 to 4096 (--exhaustive_bucket_size); a bucket of"
            " k documents up to it costs k(k-1)/2 candidate pairs.")
-    _check(_is_int(self.bucket_hubs)
-           and 1 <= self.bucket_hubs <= self.exhaustive_bucket_size,
-           f"bucket_hubs={self.bucket_hubs!r}: use an integer from 1 to"
-           f" exhaustive_bucket_size={self.exhaustive_bucket_size}"
-           " (--bucket_hubs).")
     _check(isinstance(self.chain_guard, bool),
            f"chain_guard={self.chain_guard!r}: use true or false"
            " (--chain_guard).")

@@ -83,15 +83,17 @@ class NearDedup(beam.PTransform):
     found = ({"keys": keys, "digests": digests}
              | "FindCandidates" >> FindCandidates(c, first_new_id))
     counts += found["counts"]
-    edges = found["edges"]
+    edges, buckets = found["edges"], found["buckets"]
     if c.verify == "none":
       verified = edges | "KeepAllCandidates" >> ReduceUnverified()
     elif c.verify == "exact":
-      verified = ({"edges": edges, "docs": docs}
-                  | "VerifyExact" >> VerifyExact(c, self._texts))
+      verified = ({"edges": edges, "docs": docs, "buckets": buckets}
+                  | "VerifyExact" >> VerifyExact(c, self._texts,
+                                                 first_new_id))
     else:
-      verified = ({"edges": edges, "signatures": compared}
-                  | "VerifyEdges" >> VerifyEdges(c))
+      verified = ({"edges": edges, "signatures": compared,
+                   "buckets": buckets}
+                  | "VerifyEdges" >> VerifyEdges(c, first_new_id))
     counts += verified["counts"]
     components = (verified["edges"]
                   | "ConnectedComponents" >> ConnectedComponents(
