@@ -312,19 +312,6 @@ def test_run_pairs_of_several_runs():
       (4, 5), (4, 6), (5, 6), (7, 8)]
 
 
-def test_signature_digests_equal_iff_signatures_equal():
-  rng = np.random.default_rng(8)
-  sigs = rng.integers(0, 2**32, size=(50, 128), dtype=np.uint32)
-  sigs[10] = sigs[3]
-  sigs[11] = sigs[3]
-  sigs[12, 1:] = sigs[3, 1:]  # one entry differs
-  d = lsh.signature_digests(sigs, 42)
-  assert d[10] == d[3] == d[11] and d[12] != d[3]
-  assert len(np.unique(d)) == 48
-  np.testing.assert_array_equal(d, lsh.signature_digests(sigs, 42))
-  assert not np.any(lsh.signature_digests(sigs, 43) == d)
-
-
 def test_node_shard_spreads_consecutive_ids_and_is_stable():
   ids = np.arange(1 << 16, dtype=np.int64)
   shards = lsh.node_shard(ids, 8)

@@ -1,8 +1,7 @@
 """FindCandidates: band-key shards → GroupByKey collision → distinct
 candidate edge batches (Collide; verified next in :mod:`transforms.verify`).
 
-* in: ``{"keys": (shard, KeyShard), "digests": (node shard, DigestBatch)}``
-  from :mod:`transforms.band`
+* in: ``{"keys": (shard, KeyShard)}`` from :mod:`transforms.band`
 * out: ``(edge shard, EdgeBatch)`` (:class:`~transforms.elements.EdgeBatch`,
   src < dst);
   candidate pairs are in the shard (:func:`lsh_kernels.node_shard`) of the
@@ -17,11 +16,10 @@ import apache_beam as beam
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import (BucketMembers, EdgeBatch, RouteByShard,
-                                 ShardOutputs, SignedMembers, key_columns)
+from transforms.elements import (BucketMembers, EdgeBatch, ShardOutputs,
+                                 key_columns)
 from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
-from transforms.verify import sorted_values
 
 
 class FindCandidates(beam.PTransform):
@@ -31,8 +29,7 @@ class FindCandidates(beam.PTransform):
   exhaustive_bucket_size`` members yields all its k(k-1)/2 pairs, so the
   verified graph holds every pair of it that passes verification. A larger
   bucket yields its members instead, in the edge shard of its smallest id
-  (they go to their node shards for their signature digests first, so only
-  the documents of such buckets are shuffled twice more): verification
+  (so only the documents of such buckets are shuffled once more): verification
   finds the components that all its pairs would give with about k x
   (components) comparisons (:mod:`~transforms.kernels.bucket_components`);
   with ``verify`` none, where every pair passes, they are a star from the
@@ -70,10 +67,7 @@ class FindCandidates(beam.PTransform):
                      **{_LARGE: Tuple[int, BucketMembers],
                         metrics.COUNTS: metrics.Count}).with_outputs(
                             metrics.COUNTS, _LARGE, main="edges"))
-    signed = ({"digests": inputs["digests"], "members": found[_LARGE]}
-              | "JoinDigests" >> JoinByKey()
-              | "SignMembers" >> beam.ParDo(_SignMembersFn(c.lsh_shards)))
-    distinct = ({"edges": found.edges, "large": signed}
+    distinct = ({"edges": found.edges, "large": found[_LARGE]}
                 | "GroupEdges" >> JoinByKey()
                 | "DistinctEdges" >> beam.ParDo(_DistinctFn(
                     c, self._first_new_id)).with_output_types(
@@ -136,32 +130,11 @@ class _CollideFn(metrics.MeteredDoFn):
       yield metrics.shuffled("large_buckets", sum(m.nbytes for m in members))
       yield from (beam.pvalue.TaggedOutput(_LARGE, out) for out in
                   self._large.add_rows(lsh_kernels.node_shard(
-                      found.large_ids, c.lsh_shards), *members))
+                      found.large_anchors, c.lsh_shards), *members))
     if len(found.src):
       yield metrics.shuffled("candidate_edges",
                              found.src.nbytes + found.dst.nbytes)
       yield from self._outputs.add_rows(shards, found.src, found.dst)
-
-
-@beam.typehints.with_output_types(Tuple[int, SignedMembers])
-class _SignMembersFn(RouteByShard):
-  """A node shard's digests and large-bucket members → the members with
-  their digests, in the edge shard of their bucket's smallest id."""
-
-  OUTPUT = SignedMembers
-
-  def process(self, element):
-    _, joined = element
-    if not joined["members"]:
-      return
-    keys, anchors, ids = lsh_kernels.concat_arrays(joined["members"])
-    known, digests = sorted_values(joined["digests"])
-    digests = digests[lsh_kernels.rows_of(known, ids)]
-    yield metrics.shuffled("large_buckets", keys.nbytes + anchors.nbytes
-                           + ids.nbytes + digests.nbytes)
-    yield from self.outputs.add_rows(
-        lsh_kernels.node_shard(anchors, self._shards), keys, anchors, ids,
-        digests)
 
 
 class _DistinctFn(beam.DoFn):
@@ -174,7 +147,7 @@ class _DistinctFn(beam.DoFn):
     shard, joined = element
     parts = list(joined["edges"])
     if joined["large"]:
-      keys, anchors, ids, _ = lsh_kernels.concat_arrays(joined["large"])
+      keys, anchors, ids = lsh_kernels.concat_arrays(joined["large"])
       if self._config.verify != "none":
         yield beam.pvalue.TaggedOutput(_BUCKETS, (shard, BucketMembers(
             keys, anchors, ids)))

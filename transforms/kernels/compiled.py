@@ -431,19 +431,6 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
 
 
 @numba.njit(cache=True, nogil=True)
-def signature_digests(sig, start):
-  """``lsh.signature_digests``: each row's whole-signature digest, uint64."""
-  n, width = sig.shape
-  out = np.empty(n, dtype=np.uint64)
-  for doc in range(n):
-    h = start
-    for j in range(width):
-      h = _fmix64((h ^ np.uint64(sig[doc, j])) * GOLDEN)
-    out[doc] = h
-  return out
-
-
-@numba.njit(cache=True, nogil=True)
 def band_entries(sig, ids, rows, band_starts, num_shards):
   """``(keys, ids, bounds)`` of ``lsh.band_entries``: every (document,
   band) entry's key and its document's id, counting-sorted by shard (shard

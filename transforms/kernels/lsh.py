@@ -127,27 +127,6 @@ def shard_of(keys: np.ndarray, num_shards: int) -> np.ndarray:
           % np.uint64(num_shards)).astype(np.int64)
 
 
-# Salt of the whole-signature digest, so it never equals a band key.
-_DIGEST_SALT = np.uint64(0x5EED5EED0D16E575)
-
-
-def signature_digests(signatures: np.ndarray, seed: int) -> np.ndarray:
-  """Stable 64-bit hash of every whole signature: uint64 ``(n_docs,)``.
-
-  Equal signatures give equal digests; distinct ones collide with
-  probability 2^-64 per pair.
-  """
-  sig = np.ascontiguousarray(signatures, dtype=np.uint32)
-  start = fmix64(np.array([seed], dtype=np.uint64) ^ _DIGEST_SALT)
-  kernels = dispatch.compiled_kernels(sig.size)
-  if kernels is not None:
-    return kernels.signature_digests(sig, start[0])
-  h = np.repeat(start, sig.shape[0])
-  for j in range(sig.shape[1]):
-    h = fmix64((h ^ sig[:, j].astype(np.uint64)) * GOLDEN)
-  return h
-
-
 def band_entries(signatures: np.ndarray, ids: np.ndarray, bands: int,
                  rows: int, seed: int, num_shards: int):
   """Yields ``(shard, [keys, ids])`` of a signature batch's band-key
