@@ -22,11 +22,13 @@ TARGET_E2E_DOCS = 100_000
 
 
 def bands_rows(threshold: float, num_perm: int) -> dict:
-  """(b, r) of DedupConfig's default for ``threshold``; rensa's LSH needs b
-  to divide K, so when it does not, the b*r = K split whose S-curve midpoint
+  """(b, r) of DedupConfig's default for ``threshold`` without verification
+  (the peers verify nothing, so every system gets the fp/fn-weighted choice,
+  not the one that relies on verification); rensa's LSH needs b to divide
+  K, so when it does not, the b*r = K split whose S-curve midpoint
   (1/b)^(1/r) is closest to the default's is used for every system."""
   from transforms.config import DedupConfig
-  config = DedupConfig(threshold=threshold, num_perm=num_perm)
+  config = DedupConfig(threshold=threshold, num_perm=num_perm, verify="none")
   if num_perm % config.bands == 0 and config.bands * config.rows == num_perm:
     return {"bands": config.bands, "rows": config.rows,
             "chosen_by": "DedupConfig default"}

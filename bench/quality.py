@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Document-level quality of near-duplicate detection on real text.
 
-Usage: ``python bench/quality.py [--corpus licence|families] [--threshold
-0.8] [--max_files N] [--modes exact,signature,none,...] [--datasketch]``
+Usage: ``python bench/quality.py [--corpus
+licence|families|committed|pypi|npm] [--threshold 0.8] [--max_files N]
+[--modes exact,signature,none,...] [--baseline DIR] [--datasketch]``
 
 Builds the corpus (``licence``: tests/corpus.py's real-text corpus, licence
 and copyright texts of this machine cut into chunks with planted variants;
 ``families``: bench/families.py's template-family corpus, every paragraph of
-those files, verbatim copies included), computes the exact truth
+those files, verbatim copies included; ``committed``, ``pypi``, ``npm``: the
+corpora frozen in tests/data/), computes the exact truth
 (pipeline.tools.truth's kernel: all pairs with Jaccard >= t over word 5-grams),
 runs the job once per mode through pipeline.cli.main and reports pairwise
 and document-level precision, recall and F1 (pipeline.tools.evaluate), the
@@ -15,9 +17,12 @@ candidate, verified and graph edges, candidates per document, LSH buckets
 above the exhaustive size and the wall time. Modes are verify modes, plus
 ``exhaustive`` (exact, every bucket compared in full: what the bounded work
 above ``--exhaustive_bucket_size`` costs in recall) and ``star`` (exact with
-``--exhaustive_bucket_size 2 --bucket_hubs 1``: about the former star edges
-from each bucket's smallest id). ``--datasketch`` adds plain MinHashLSH +
-union-find (no verification) over the same shingle sets as the reference.
+``--exhaustive_bucket_size 2``: every bucket searched for its components).
+``--baseline DIR`` also runs every mode with the code of the checkout DIR
+(e.g. a ``git worktree`` of an older commit), alternating with this one;
+then both run as subprocesses (``python -m pipeline``), so their wall times
+compare. ``--datasketch`` adds plain MinHashLSH + union-find (no
+verification) over the same shingle sets as the reference.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 from pipeline import cli  # noqa: E402
 from pipeline.tools import evaluate, truth  # noqa: E402
 from bench.families import template_family_corpus  # noqa: E402
-from tests.corpus import real_text_corpus, stats_of, write_jsonl  # noqa
+from tests.corpus import (COMMITTED_CORPORA, committed_corpus,  # noqa
+                          real_text_corpus, stats_of, write_jsonl)
 from transforms.config import DedupConfig  # noqa: E402
 from transforms.kernels import connected as graph  # noqa: E402
 
@@ -49,6 +56,12 @@ def main(argv=None) -> int:
   parser.add_argument("--modes", default="exact,signature,none")
   parser.add_argument("--extra", default="",
                       help="More job flags, e.g. '--bands 9 --rows 13'.")
+  parser.add_argument("--baseline", default=None, metavar="DIR",
+                      help="Also run each mode with the code of this"
+                      " checkout (as subprocesses, alternating).")
+  parser.add_argument("--repeat", type=int, default=1,
+                      help="Runs of each (mode, code), alternating; the"
+                      " median wall time counts.")
   parser.add_argument("--datasketch", action="store_true")
   args = parser.parse_args(argv)
 
@@ -68,29 +81,54 @@ def main(argv=None) -> int:
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "corpus.jsonl")
     write_jsonl(path, texts, ids)
-    for mode in [m for m in args.modes.split(",") if m]:
-      out = os.path.join(tmp, mode)
+    runs = [(mode, code) for mode in args.modes.split(",") if mode
+            for code in ([None] if args.baseline is None
+                         else [args.baseline, ROOT])]
+    walls = {}
+    if args.baseline is not None:
+      # numba compiles each checkout's kernels on first use (tens of
+      # seconds): one untimed run of each first.
+      for i, code in enumerate((args.baseline, ROOT)):
+        for verify in ("signature", "exact"):
+          subprocess.run([sys.executable, "-m", "pipeline", "--input", path,
+                          "--output", os.path.join(tmp, f"warm{i}{verify}"),
+                          "--threshold", str(args.threshold), "--verify",
+                          verify], cwd=code, check=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for repeat, (mode, code) in [(r, run) for r in range(args.repeat)
+                                 for run in runs]:
+      name = mode if code in (None, ROOT) else f"{mode}@baseline"
+      out = os.path.join(tmp, name)
+      argv = (["--input", path, "--output", out, "--threshold",
+               str(args.threshold)] + _MODES.get(mode, ["--verify", mode])
+              + args.extra.split())
       start = time.time()
-      code = cli.main(["--input", path, "--output", out, "--threshold",
-                       str(args.threshold)] + _MODES.get(mode, [
-                           "--verify", mode]) + args.extra.split())
-      wall = time.time() - start
-      assert code == 0, code
+      if code is None:
+        assert cli.main(argv + ["--overwrite", "true"]) == 0
+      else:
+        subprocess.run([sys.executable, "-m", "pipeline", *argv,
+                        "--overwrite", "true"], cwd=code, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+      walls.setdefault(name, []).append(time.time() - start)
+      if repeat < args.repeat - 1:
+        continue
+      wall = sorted(walls[name])[len(walls[name]) // 2]
       stats = stats_of(out)
       report = evaluate.evaluate(evaluate.read_clusters(out), true,
                                  stats["docs_in"] - stats["rejected"],
                                  stats["params"])
-      results[mode] = report
+      results[name] = report
       p = stats["params"]
       report["run"] = {
           "wall_s": round(wall, 1),
+          "walls_s": [round(w, 1) for w in walls[name]], "bands_rows": f"{p['bands']}x{p['rows']}",
           "candidates_per_doc": round(stats["candidate_edges"] / len(texts),
                                       3),
           **{k: stats[k] for k in ("candidate_edges", "verified_edges",
                                    "graph_edges", "verify_removed_edges",
                                    "buckets_multi", "buckets_large",
                                    "chain_docs", "clusters")}}
-      print(f"\n{mode}: {p['bands']}x{p['rows']} (S-curve "
+      print(f"\n{name}: {p['bands']}x{p['rows']} (S-curve "
             f"~{p['lsh_threshold']:.3f}), candidates "
             f"{stats['candidate_edges']:,} "
             f"({stats['candidate_edges'] / len(texts):.2f} per document), "
@@ -111,14 +149,17 @@ def main(argv=None) -> int:
   return 0
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CORPORA = {
     "licence": real_text_corpus,
     "families": lambda max_files: template_family_corpus(),
+    **{("committed" if name == "licence" else name):
+       (lambda max_files, name=name: committed_corpus(name))
+       for name in COMMITTED_CORPORA},
 }
 _MODES = {
     "exhaustive": ["--verify", "exact", "--exhaustive_bucket_size", "4096"],
-    "star": ["--verify", "exact", "--exhaustive_bucket_size", "2",
-             "--bucket_hubs", "1"],
+    "star": ["--verify", "exact", "--exhaustive_bucket_size", "2"],
 }
 
 

@@ -245,12 +245,8 @@ def add_detection_arguments(parser, only: Sequence[str] = None) -> None:
                      default=_default("exhaustive_bucket_size"),
                      help="LSH buckets of up to this many documents have"
                      " all their pairs verified (k(k-1)/2 pairs); larger"
-                     " ones cost at most k * --bucket_hubs pairs.")
-  dedup.add_argument("--bucket_hubs", type=int,
-                     default=_default("bucket_hubs"),
-                     help="In a bucket above --exhaustive_bucket_size,"
-                     " every distinct signature is compared with this many"
-                     " lowest ids.")
+                     " ones give the same components from about k x"
+                     " (components) comparisons.")
   add_bool_flag(dedup, "--chain_guard", _default("chain_guard"),
                 "Remove a clustered document only if its exact Jaccard to"
                 " the kept one reaches --threshold; the others stay in"

@@ -112,8 +112,20 @@ def licence_corpus() -> Tuple[List[str], List[str]]:
   """``(ids, texts)`` of the committed real-text corpus (tests/data/README.md:
   :func:`real_text_documents` of one machine, frozen, with a manifest of
   every source file's package, path and licence)."""
+  return committed_corpus("licence")
+
+
+# The committed corpora (tests/data/README.md): licence and copyright texts
+# of one machine, PyPI READMEs, npm READMEs.
+COMMITTED_CORPORA = ("licence", "pypi", "npm")
+
+
+def committed_corpus(name: str) -> Tuple[List[str], List[str]]:
+  """``(ids, texts)`` of the committed corpus ``name`` (one of
+  :data:`COMMITTED_CORPORA`)."""
   ids, texts = [], []
-  with lzma.open(LICENCE_CORPUS, "rt", encoding="utf-8") as f:
+  with lzma.open(os.path.join(DATA, f"{name}_corpus.jsonl.xz"), "rt",
+                 encoding="utf-8") as f:
     for line in f:
       row = json.loads(line)
       ids.append(row["id"])
@@ -121,9 +133,10 @@ def licence_corpus() -> Tuple[List[str], List[str]]:
   return ids, texts
 
 
-def read_manifest() -> List[dict]:
+def read_manifest(name: str = "licence") -> List[dict]:
   """The manifest's rows (one per source file) as dicts."""
-  with open(LICENCE_MANIFEST, encoding="utf-8", newline="") as f:
+  with open(os.path.join(DATA, f"{name}_corpus_manifest.tsv"),
+            encoding="utf-8", newline="") as f:
     rows = list(csv.reader(f, delimiter="\t"))
   return [dict(zip(rows[0], r)) for r in rows[1:]]
 

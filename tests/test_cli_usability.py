@@ -275,8 +275,9 @@ def test_the_cli_graph_shuffles_its_named_elements_with_their_own_coders():
   step = "NearDedup/FindCandidates/GroupByShard"
   assert isinstance(value_coders[step], ElementCoder), value_coders[step]
   # The joins group their values already encoded by each input's coder.
-  for step in ("NearDedup/FindCandidates/JoinDigests/GroupByKey",
-               "NearDedup/FindCandidates/GroupEdges/GroupByKey"):
+  for step in ("NearDedup/FindCandidates/GroupEdges/GroupByKey",
+               "NearDedup/VerifyExact/CompareShingleSets/GroupEdgeEnds/"
+               "GroupByKey"):
     assert value_coders[step] == beam.coders.TupleCoder(
         [beam.coders.VarIntCoder(), beam.coders.BytesCoder()]), (
             step, value_coders[step])

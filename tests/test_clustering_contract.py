@@ -57,10 +57,12 @@ def mixed_corpus(seed):
   return [" ".join(texts[i]) for i in order]
 
 
-def oracle_clusters(texts, config, star=False):
+def oracle_clusters(texts, config, star=False, hubs=None):
   """``{doc: component minimum}`` for documents in components of two or
   more, by brute force over every pair of every bucket (``star``: only the
-  pairs with each bucket's smallest id, the old candidate rule)."""
+  pairs with each bucket's smallest id, the old candidate rule; ``hubs``:
+  in buckets above the exhaustive size, only the pairs with its ``hubs``
+  smallest ids, the rule before the large-bucket search)."""
   a, b = minhash_kernels.permutations(config.num_perm, config.seed)
   opts = dict(unit=config.shingle_unit, ngram=config.ngram, seed=config.seed,
               **normalize_options(config))
@@ -72,13 +74,12 @@ def oracle_clusters(texts, config, star=False):
   for doc in range(len(texts)):
     for key in keys[doc].tolist():
       buckets.setdefault(key, []).append(doc)
-  largest = max(len(m) for m in buckets.values())
-  assert largest <= config.exhaustive_bucket_size, largest
   edges = []
   for members in buckets.values():
+    large = len(set(members)) > config.exhaustive_bucket_size
     for i, x in enumerate(members):
       for y in members[i + 1:]:
-        if star and i:
+        if (star and i) or (hubs and large and i >= hubs):
           break
         if _passes(x, y, sigs, flat, offsets, config):
           edges.append((x, y))
@@ -111,10 +112,28 @@ def test_clusters_equal_components_of_all_passing_bucket_pairs(seed, verify):
                 equal_to(sorted(expected.items())))
 
 
-def test_large_buckets_collapse_identical_signatures_and_use_hubs():
+@pytest.mark.parametrize("verify", ["exact", "signature"])
+def test_large_buckets_give_the_components_of_all_their_pairs(verify):
+  # An exhaustive size of 3 puts most buckets of the mixed corpus (families,
+  # drifting chains, strays) above it: their components must still be
+  # those of all their passing pairs; comparing each member with the
+  # bucket's smallest id only (the former rule with one hub) loses some.
+  config = dataclasses.replace(CONFIG, verify=verify,
+                               exhaustive_bucket_size=3)
+  texts = mixed_corpus(5)
+  expected = oracle_clusters(texts, config)
+  assert oracle_clusters(texts, config, hubs=1) != expected
+  with TestPipeline(runner="FnApiRunner") as p:
+    out = p | beam.Create(list(enumerate(texts))) | NearDedup(config)
+    assert_that(out["clusters"] | beam.Map(
+        lambda kv: (kv[0], kv[1].cluster_id)),
+                equal_to(sorted(expected.items())))
+
+
+def test_large_buckets_cost_about_k_per_component():
   # 300 copies of one text and 100 distinct variants of another share
-  # buckets far above an exhaustive size of 8: no k^2 pairs, and every
-  # document still reaches its cluster through a hub.
+  # buckets far above an exhaustive size of 8: one cluster, from about one
+  # comparison per member and bucket, not k^2 = 160,000 per bucket.
   rng = np.random.default_rng(5)
   vocab = [f"w{i}" for i in range(2000)]
   base = rng.choice(vocab, size=200)
@@ -124,7 +143,7 @@ def test_large_buckets_collapse_identical_signatures_and_use_hubs():
     variant[rng.choice(200, size=2, replace=False)] = rng.choice(vocab, 2)
     texts.append(" ".join(variant))
   config = DedupConfig(ngram=3, threshold=0.8, exhaustive_bucket_size=8,
-                       bucket_hubs=4, lsh_shards=4)
+                       lsh_shards=4)
   with TestPipeline(runner="FnApiRunner") as p:
     out = p | beam.Create(list(enumerate(texts))) | NearDedup(config)
     assert_that(out["clusters"] | beam.Map(
@@ -136,7 +155,7 @@ def test_large_buckets_collapse_identical_signatures_and_use_hubs():
                                                  "buckets_large"))
               | beam.CombinePerKey(sum)
               | beam.Map(lambda kv: (kv[0], kv[1] <= {
-                  "candidate_edges": len(texts) * config.bucket_hubs,
+                  "candidate_edges": 2 * len(texts) * config.bands,
                   "buckets_large": config.bands}[kv[0]])))
     assert_that(counts, equal_to([("candidate_edges", True),
                                   ("buckets_large", True)]), label="Bounded")

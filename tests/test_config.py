@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from transforms.config import ConfigError, DedupConfig
+from transforms.config import (MIN_CANDIDATE_PROBABILITY, ConfigError,
+                               DedupConfig)
 from transforms.kernels.lsh import choose_bands_rows
 
 
@@ -16,27 +17,37 @@ def test_defaults_valid():
 
 
 def test_default_choice_over_generates_candidates():
-  # fn_weight 0.95: the S-curve threshold sits below --threshold so that
-  # verification, not banding, decides pairs near it.
+  # With verification on (the default), a pair at the threshold must be a
+  # candidate with P >= 0.99: 16x8 (P 0.947) is not eligible, 16x6 is the
+  # cheapest that is. Without verification the weights alone decide.
   c = DedupConfig()
   assert (c.fp_weight, c.fn_weight) == (0.05, 0.95)
-  assert (c.bands, c.rows) == (16, 8)
+  assert (c.bands, c.rows) == (16, 6)
+  assert c.candidate_probability == pytest.approx(1 - (1 - 0.8**6)**16)
+  assert c.candidate_probability >= MIN_CANDIDATE_PROBABILITY
+  assert c.mean_false_candidate == pytest.approx(0.274, abs=1e-3)
   assert c.lsh_threshold < c.threshold - 0.05
-  balanced = DedupConfig(fp_weight=0.5, fn_weight=0.5)
+  unverified = DedupConfig(verify="none")
+  assert (unverified.bands, unverified.rows) == (16, 8)
+  assert unverified.candidate_probability < MIN_CANDIDATE_PROBABILITY
+  balanced = DedupConfig(fp_weight=0.5, fn_weight=0.5, verify="none")
   assert (balanced.bands, balanced.rows) == (9, 13)
-  assert balanced.lsh_threshold > c.lsh_threshold
+  assert balanced.lsh_threshold > unverified.lsh_threshold
+  assert (DedupConfig(verify="signature").bands,
+          DedupConfig(fp_weight=0.5, fn_weight=0.5).rows) == (16, 6)
 
 
 def test_bands_rows_chosen_from_threshold():
   c = DedupConfig(threshold=0.7, num_perm=64)
-  assert (c.bands, c.rows) == choose_bands_rows(0.7, 64, 0.05, 0.95)
+  assert (c.bands, c.rows) == choose_bands_rows(0.7, 64, 0.05, 0.95,
+                                                MIN_CANDIDATE_PROBABILITY)
   assert c.bands * c.rows <= 64
-  assert 0.5 < c.lsh_threshold < 0.7
+  assert 0.4 < c.lsh_threshold < 0.7  # 11x3: P(0.7) >= 0.99 with K=64
   assert c.lsh_threshold == pytest.approx((1 / c.bands) ** (1 / c.rows))
   weighted = DedupConfig(threshold=0.7, num_perm=64, fp_weight=0.2,
                          fn_weight=0.8)
-  assert (weighted.bands, weighted.rows) == choose_bands_rows(0.7, 64, 0.2,
-                                                              0.8)
+  assert (weighted.bands, weighted.rows) == choose_bands_rows(
+      0.7, 64, 0.2, 0.8, MIN_CANDIDATE_PROBABILITY)
 
 
 def test_explicit_bands_rows_win():

@@ -49,10 +49,8 @@ def test_a_coder_refuses_object_arrays_and_trailing_bytes():
 # The main outputs of the stages that carry every document or candidate.
 HOT = ("NearDedup/ComputeSignatures/SignatureBatches/Apply",
        "NearDedup/BandKey/ComputeBandKeys",
-       "NearDedup/BandKey/RouteDigests/DigestSignatures",
        "NearDedup/FindCandidates/GroupByShard",
        "NearDedup/FindCandidates/CollideInShard",
-       "NearDedup/FindCandidates/SignMembers",
        "NearDedup/FindCandidates/DistinctEdges",
        "NearDedup/VerifyExact/CompareShingleSets/Compare",
        "NearDedup/VerifyEdges/CompareSignatures/Compare",
@@ -90,14 +88,14 @@ def _main_output_coders(verify: str, steps) -> dict:
 @pytest.mark.parametrize("verify", ["exact", "signature", "none"])
 def test_hot_path_elements_get_their_deterministic_coders(verify):
   coders = _main_output_coders(verify, HOT)
-  assert len(coders) == 15
+  assert len(coders) == 13
   for label, coder in coders.items():
     assert coder.is_deterministic(), (label, coder)
     assert any(isinstance(c, (elements.ArraysCoder, PairsCoder))
                for c in _components(coder)), (label, coder)
 
 
-def test_large_bucket_members_get_their_coder_into_the_digest_join():
+def test_large_bucket_members_get_their_coder_into_the_edge_join():
   p = beam.Pipeline(runner="FnApiRunner")
   job.build(p, ["in/*.jsonl"], "out", DedupConfig(), run_id="coders")
   found = {}

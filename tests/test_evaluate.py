@@ -178,3 +178,19 @@ def test_params_cli_prints_choice_and_writes_png(tmp_path, capsys):
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert params.main(["--threshold", "0.8", "--bands", "64", "--rows",
                       "4"]) == 2
+
+
+def test_params_cli_states_p_candidate_at_the_threshold(capsys):
+  # The default (verification on) reaches 0.99 at the threshold; explicit
+  # 16x8 does not, and says so; without verification nothing is flagged.
+  for argv, line in ((["--threshold", "0.8"],
+                      "P(candidate | J >= 0.8) >= 0.9923 (P at J = 0.8);"
+                      " mean P(candidate) of a pair below it 0.274"),
+                     (["--threshold", "0.8", "--bands", "16", "--rows", "8"],
+                      "P(candidate | J >= 0.8) >= 0.9470"),
+                     (["--threshold", "0.8", "--verify", "none"],
+                      "P(candidate | J >= 0.8) >= 0.9470")):
+    assert params.main(argv) == 0
+    text = capsys.readouterr().out
+    assert line in text, text
+    assert ("below 0.99" in text) == ("--bands" in argv), text

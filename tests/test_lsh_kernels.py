@@ -167,22 +167,6 @@ def _pairs(found):
   return list(zip(found.src.tolist(), found.dst.tolist()))
 
 
-def _two_phase(keys, ids, digests, exhaustive, hubs):
-  """What FindCandidates does with one shard: the small buckets' pairs,
-  then the large buckets' from their members and the members' digests
-  (``digests[i]`` is document ``ids[i]``'s); returns (small, large)."""
-  found = bucket_pairs(keys, ids, exhaustive)
-  digest_of = dict(zip(ids.tolist(), digests.tolist()))
-  member_digests = np.array([digest_of[i] for i in found.large_ids.tolist()],
-                            dtype=np.uint64)
-  # Members arrive from their node shards in any order.
-  order = np.random.default_rng(1).permutation(len(found.large_ids))
-  src, dst, anchor = lsh.large_bucket_pairs(
-      found.large_keys[order], found.large_anchors[order],
-      found.large_ids[order], member_digests[order], exhaustive, hubs)
-  return found, (src, dst, anchor)
-
-
 def test_bucket_pairs_hand_example():
   keys = np.array([7, 3, 7, 3, 7, 9, 5, 5], dtype=np.uint64)
   ids = np.array([12, 4, 10, 2, 11, 1, 6, 6], dtype=np.int64)
@@ -271,75 +255,37 @@ def test_bucket_pairs_empty_and_single():
     assert len(found.large_ids) == found.large == 0
 
 
-def test_identical_documents_in_a_large_bucket_are_one_star():
+def test_a_large_bucket_yields_its_members_not_pairs():
   n = 100_000
   rng = np.random.default_rng(5)
   ids = rng.permutation(np.arange(1000, 1000 + n, dtype=np.int64))
-  keys = np.full(n, 0xDEADBEEF, dtype=np.uint64)
-  found, (src, dst, anchor) = _two_phase(
-      keys, ids, np.full(n, 77, dtype=np.uint64), 64, 8)
-  # No pair in the first phase: the bucket's members, once each, instead.
+  found = bucket_pairs(np.full(n, 0xDEADBEEF, dtype=np.uint64), ids, 64)
+  # No pair: the bucket's members, once each, with its key and smallest id
+  # (verification finds its components, see test_bucket_components.py).
   assert len(found.src) == 0 and found.large == 1
   assert found.sizes.tolist() == [n]
   assert sorted(found.large_ids.tolist()) == list(range(1000, 1000 + n))
   assert np.all(found.large_anchors == 1000)
   assert np.all(found.large_keys == 0xDEADBEEF)
-  assert len(src) == n - 1
-  assert np.all(src == 1000) and np.all(anchor == 1000)
-  np.testing.assert_array_equal(np.sort(dst), np.arange(1001, 1000 + n))
 
 
-def test_distinct_documents_in_a_large_bucket_meet_the_hubs():
-  n, hubs = 1000, 4
-  ids = np.arange(n, dtype=np.int64)
-  _, (src, dst, _) = _two_phase(np.zeros(n, dtype=np.uint64), ids,
-                                np.arange(n, dtype=np.uint64), 64, hubs)
-  # Hubs 0..3 pairwise, every other id with each hub: n * hubs, not n^2.
-  expected = ({(a, b) for a in range(hubs) for b in range(a + 1, hubs)}
-              | {(h, x) for h in range(hubs) for x in range(hubs, n)})
-  got = list(zip(src.tolist(), dst.tolist()))
-  assert set(got) == expected
-  assert len(got) == len(expected) < n * hubs
-
-
-def test_large_bucket_with_few_distinct_signatures_pairs_them_all():
-  # 200 documents, 5 distinct signatures: stars within each group, then all
-  # pairs of the 5 representatives (each group's smallest id).
-  ids = np.arange(200, dtype=np.int64)
-  digests = (ids % 5).astype(np.uint64)
-  _, (src, dst, _) = _two_phase(np.zeros(200, dtype=np.uint64), ids, digests,
-                                64, 2)
-  stars = {(g, x) for x in range(5, 200) for g in [x % 5]}
-  reps = {(a, b) for a in range(5) for b in range(a + 1, 5)}
-  assert set(zip(src.tolist(), dst.tolist())) == stars | reps
-
-
-def test_large_buckets_are_paired_bucket_by_bucket_beside_small_ones():
+def test_large_buckets_are_listed_bucket_by_bucket_beside_small_ones():
   # Bucket 1: 70 documents (large at 64), bucket 2: 3 of them plus doc 500
-  # (small), bucket 3: 66 others, two signatures (large).
+  # (small), bucket 3: 66 others (large).
   keys = np.r_[np.full(70, 1), np.full(3, 2), [2], np.full(66, 3)].astype(
       np.uint64)
   ids = np.r_[np.arange(70), [3, 4, 5], [500],
               np.arange(100, 166)].astype(np.int64)
-  digest_of = {i: i for i in range(70)}
-  digest_of.update({i: 9000 + i % 2 for i in range(100, 166)})
-  digest_of[500] = 500
-  digests = np.array([digest_of[i] for i in ids.tolist()], dtype=np.uint64)
-  found, (src, dst, anchor) = _two_phase(keys, ids, digests, 64, 2)
+  found = bucket_pairs(keys, ids, 64)
   assert found.large == 2 and sorted(found.sizes.tolist()) == [4, 66, 70]
   assert _pairs(found) == [(3, 4), (3, 5), (3, 500), (4, 5), (4, 500),
                            (5, 500)]
-  by_anchor = collections.defaultdict(set)
-  for a, x, y in zip(anchor.tolist(), src.tolist(), dst.tolist()):
-    by_anchor[a].add((x, y))
-  assert by_anchor[0] == ({(0, 1)} | {(h, x) for h in (0, 1)
-                                      for x in range(2, 70)})
-  # Two signatures in bucket 3: two stars (from 100 and 101), then the pair
-  # of their representatives.
-  assert by_anchor[100] == ({(100, x) for x in range(102, 166, 2)}
-                            | {(101, x) for x in range(103, 166, 2)}
-                            | {(100, 101)})
-  assert set(by_anchor) == {0, 100}
+  members = collections.defaultdict(set)
+  for key, anchor, doc in zip(found.large_keys.tolist(),
+                              found.large_anchors.tolist(),
+                              found.large_ids.tolist()):
+    members[(key, anchor)].add(doc)
+  assert members == {(1, 0): set(range(70)), (3, 100): set(range(100, 166))}
 
 
 def test_bucket_pairs_sorted_src_less_than_dst_all_pairs_of_small_buckets():
@@ -364,19 +310,6 @@ def test_run_pairs_of_several_runs():
   first, second = lsh.run_pairs(values, np.array([0, 3]), np.array([3, 2]))
   assert list(zip(first.tolist(), second.tolist())) == [
       (4, 5), (4, 6), (5, 6), (7, 8)]
-
-
-def test_signature_digests_equal_iff_signatures_equal():
-  rng = np.random.default_rng(8)
-  sigs = rng.integers(0, 2**32, size=(50, 128), dtype=np.uint32)
-  sigs[10] = sigs[3]
-  sigs[11] = sigs[3]
-  sigs[12, 1:] = sigs[3, 1:]  # one entry differs
-  d = lsh.signature_digests(sigs, 42)
-  assert d[10] == d[3] == d[11] and d[12] != d[3]
-  assert len(np.unique(d)) == 48
-  np.testing.assert_array_equal(d, lsh.signature_digests(sigs, 42))
-  assert not np.any(lsh.signature_digests(sigs, 43) == d)
 
 
 def test_node_shard_spreads_consecutive_ids_and_is_stable():

@@ -16,7 +16,7 @@ from scipy import special
 import pipeline.cli
 from pipeline.tools import params
 from tests.corpus import seed_corpus, tree_bytes, write_jsonl
-from transforms.config import DedupConfig
+from transforms.config import MIN_CANDIDATE_PROBABILITY, DedupConfig
 from transforms.kernels import lsh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,14 +38,18 @@ def _areas(threshold, bands, rows):
 
 
 def brute_force_choice(threshold, num_perm, fp_weight, fn_weight,
-                       products=None):
-  """Every (b, r) with b*r <= K (or b*r in ``products``) by exact error; ties
-  to the smaller b*r, then fewer bands. Returns (error, b*r, b, r) rows,
-  best first."""
+                       products=None, min_candidate=None):
+  """Every (b, r) with b*r <= K (or b*r in ``products``; with
+  ``min_candidate``, only those whose 1-(1-t^r)^b reaches it) by exact
+  error; ties to the smaller b*r, then fewer bands. Returns (error, b*r, b,
+  r) rows, best first."""
   rows = []
   for bands in range(1, num_perm + 1):
     for r in range(1, num_perm // bands + 1):
       if products is not None and bands * r not in products:
+        continue
+      if (min_candidate is not None
+          and 1 - (1 - threshold**r)**bands < min_candidate):
         continue
       fp, fn = _areas(threshold, bands, r)
       rows.append((fp_weight * fp + fn_weight * fn, bands * r, bands, r))
@@ -71,15 +75,17 @@ CASES = [(t, k, w) for t in (0.5, 0.7, 0.8, 0.9) for k in (32, 128)
          for w in ((0.05, 0.95), (0.5, 0.5), (0.9, 0.1))]
 
 
-def _choice_failures(choose):
+def _choice_failures(choose, min_candidate=None):
   failures = []
   for threshold, num_perm, (fp_w, fn_w) in CASES:
-    ranked = brute_force_choice(threshold, num_perm, fp_w, fn_w)
+    ranked = brute_force_choice(threshold, num_perm, fp_w, fn_w,
+                                min_candidate=min_candidate)
     bands, rows = choose(threshold, num_perm, fp_w, fn_w)
-    err = next(e for e, _, b, r in ranked if (b, r) == (bands, rows))
-    if err > ranked[0][0] + GRID_TOLERANCE:
+    err = next((e for e, _, b, r in ranked if (b, r) == (bands, rows)),
+               None)
+    if err is None or err > ranked[0][0] + GRID_TOLERANCE:
       failures.append(f"t={threshold} K={num_perm} w={fp_w}/{fn_w}: chose "
-                      f"{bands}x{rows} (error {err:.6f}), best "
+                      f"{bands}x{rows} (error {err}), best "
                       f"{ranked[0][2]}x{ranked[0][3]} ({ranked[0][0]:.6f})")
   return failures
 
@@ -95,12 +101,35 @@ def test_band_rows_choice_is_the_brute_force_optimum(choose, accepted):
     assert failures, "a wrong (b, r) search matched the brute force"
 
 
+def _verified_choice(threshold, num_perm, fp_weight, fn_weight):
+  return lsh.choose_bands_rows(threshold, num_perm, fp_weight, fn_weight,
+                               MIN_CANDIDATE_PROBABILITY)
+
+
+@pytest.mark.parametrize("choose,accepted", [
+    (_verified_choice, True), (lsh.choose_bands_rows, False)],
+    ids=["constrained", "unconstrained"])
+def test_verified_choice_is_the_constrained_brute_force_optimum(choose,
+                                                               accepted):
+  # With verification on, only bandings with P(candidate | t) >= 0.99 are
+  # eligible (every case here has one); the unconstrained optimum is not.
+  failures = _choice_failures(choose, MIN_CANDIDATE_PROBABILITY)
+  if accepted:
+    assert not failures, failures
+  else:
+    assert failures, "the unconstrained choice met the P >= 0.99 bound"
+
+
 def test_readme_choices_are_the_brute_force_optima():
-  for weights, want in (((0.05, 0.95), (16, 8)), ((0.5, 0.5), (9, 13))):
-    best = brute_force_choice(0.8, 128, *weights)[0]
+  for weights, verify, want in (((0.05, 0.95), "none", (16, 8)),
+                                ((0.5, 0.5), "none", (9, 13)),
+                                ((0.05, 0.95), "exact", (16, 6)),
+                                ((0.5, 0.5), "signature", (16, 6))):
+    best = brute_force_choice(0.8, 128, *weights, min_candidate=(
+        None if verify == "none" else MIN_CANDIDATE_PROBABILITY))[0]
     assert (best[2], best[3]) == want
     config = DedupConfig(threshold=0.8, fp_weight=weights[0],
-                         fn_weight=weights[1])
+                         fn_weight=weights[1], verify=verify)
     assert (config.bands, config.rows) == want
 
 

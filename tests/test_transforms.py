@@ -182,8 +182,7 @@ def test_band_key_and_find_candidates_emit_every_pair_of_small_buckets():
     keyed = (p | beam.Create([signature_batch(sigs[:2]),
                               signature_batch(sigs[2:])])
              | BandKey(config))
-    found = ({"keys": keyed["keys"], "digests": keyed["digests"]}
-             | FindCandidates(config))
+    found = {"keys": keyed["keys"]} | FindCandidates(config)
     # Every pair of every bucket, each once although 14 or 16 bands find it.
     assert_that(edge_pairs(found["edges"]), equal_to(
         [(2, 5), (2, 9), (5, 9), (2, 7), (5, 7), (7, 9)]), label="Edges")
@@ -195,11 +194,9 @@ def test_band_key_and_find_candidates_emit_every_pair_of_small_buckets():
         [("buckets_multi", 16), ("candidate_edges", 6),
          ("bucket_size_log2_01", 14), ("bucket_size_log2_02", 2)]),
                 label="Counts")
-    # Key and 16-bit id offset: 10 bytes per document and band; the id and
-    # signature digest once per document.
+    # Key and 16-bit id offset: 10 bytes per document and band.
     assert_that(by_stat(keyed["counts"], "KeyBytes"), equal_to(
-        [("shuffle_bytes_band_keys", 5 * 16 * 10),
-         ("shuffle_bytes_digests", 5 * 16)]), label="KeyBytes")
+        [("shuffle_bytes_band_keys", 5 * 16 * 10)]), label="KeyBytes")
     shards = (keyed["keys"] | beam.Keys()
               | "DistinctShards" >> beam.Distinct())
     assert_that(shards | "AllInRange" >> beam.Filter(lambda s: 0 <= s < 4),

@@ -1,8 +1,7 @@
 """FindCandidates: band-key shards → GroupByKey collision → distinct
 candidate edge batches (Collide; verified next in :mod:`transforms.verify`).
 
-* in: ``{"keys": (shard, KeyShard), "digests": (node shard, DigestBatch)}``
-  from :mod:`transforms.band`
+* in: ``{"keys": (shard, KeyShard)}`` from :mod:`transforms.band`
 * out: ``(edge shard, EdgeBatch)`` (:class:`~transforms.elements.EdgeBatch`,
   src < dst);
   candidate pairs are in the shard (:func:`lsh_kernels.node_shard`) of the
@@ -17,11 +16,10 @@ import apache_beam as beam
 
 from transforms import metrics
 from transforms.config import DedupConfig
-from transforms.elements import (BucketMembers, EdgeBatch, RouteByShard,
-                                 ShardOutputs, SignedMembers, key_columns)
+from transforms.elements import (BucketMembers, EdgeBatch, ShardOutputs,
+                                 key_columns)
 from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
-from transforms.verify import sorted_values
 
 
 class FindCandidates(beam.PTransform):
@@ -30,25 +28,28 @@ class FindCandidates(beam.PTransform):
   A bucket (documents sharing a band key) of k <= ``config.
   exhaustive_bucket_size`` members yields all its k(k-1)/2 pairs, so the
   verified graph holds every pair of it that passes verification. A larger
-  bucket costs at most k * ``config.bucket_hubs`` pairs (see
-  :func:`~transforms.kernels.lsh.large_bucket_pairs`): its members go to
-  their node shards for their signature digests, then to the edge shard of
-  the bucket's smallest id, so only the documents of such buckets are
-  shuffled twice more. Pairs go to the edge shard of their bucket's
-  smallest id (so a bucket's pairs are verified, and reduced to a spanning
-  forest, in one place); a pair found in several buckets is kept once.
+  bucket yields its members instead, in the edge shard of its smallest id
+  (so only the documents of such buckets are shuffled once more): verification
+  finds the components that all its pairs would give with about k x
+  (components) comparisons (:mod:`~transforms.kernels.bucket_components`);
+  with ``verify`` none, where every pair passes, they are a star from the
+  smallest id. Pairs go to the edge shard of their bucket's smallest id (so
+  a bucket's pairs are verified, and reduced to a spanning forest, in one
+  place); a pair found in several buckets is kept once.
 
   Against an index (``first_new_id`` given: indexed documents have lower
   ids), only buckets holding a new document are collided, whole, and pairs
   of two indexed documents are dropped.
 
   Args:
-    config: ``exhaustive_bucket_size``, ``bucket_hubs`` and ``lsh_shards``.
+    config: ``exhaustive_bucket_size``, ``verify`` and ``lsh_shards``.
     first_new_id: the lowest id of a new document, or None.
 
   Returns:
-    ``{"edges": (edge shard, EdgeBatch), "counts"}`` (``buckets_multi``,
-    ``buckets_large``, ``candidate_edges``, the bucket size histogram).
+    ``{"edges": (edge shard, EdgeBatch), "buckets": (edge shard,
+    BucketMembers), "counts"}`` (``buckets_multi``, ``buckets_large``,
+    ``candidate_edges``, the bucket size histogram); ``buckets`` is empty
+    with ``verify`` none.
   """
 
   def __init__(self, config: DedupConfig, first_new_id: int = None):
@@ -66,19 +67,20 @@ class FindCandidates(beam.PTransform):
                      **{_LARGE: Tuple[int, BucketMembers],
                         metrics.COUNTS: metrics.Count}).with_outputs(
                             metrics.COUNTS, _LARGE, main="edges"))
-    signed = ({"digests": inputs["digests"], "members": found[_LARGE]}
-              | "JoinDigests" >> JoinByKey()
-              | "SignMembers" >> beam.ParDo(_SignMembersFn(c.lsh_shards)))
-    distinct = ({"edges": found.edges, "large": signed}
+    distinct = ({"edges": found.edges, "large": found[_LARGE]}
                 | "GroupEdges" >> JoinByKey()
                 | "DistinctEdges" >> beam.ParDo(_DistinctFn(
-                    c, self._first_new_id)).with_outputs(
-                        metrics.COUNTS, main="edges"))
-    return {"edges": distinct.edges,
+                    c, self._first_new_id)).with_output_types(
+                        Tuple[int, EdgeBatch],
+                        **{_BUCKETS: Tuple[int, BucketMembers],
+                           metrics.COUNTS: metrics.Count}).with_outputs(
+                               metrics.COUNTS, _BUCKETS, main="edges"))
+    return {"edges": distinct.edges, "buckets": distinct[_BUCKETS],
             "counts": (found[metrics.COUNTS], distinct[metrics.COUNTS])}
 
 
 _LARGE = "large"
+_BUCKETS = "buckets"
 
 
 class _CollideFn(metrics.MeteredDoFn):
@@ -128,35 +130,13 @@ class _CollideFn(metrics.MeteredDoFn):
       yield metrics.shuffled("large_buckets", sum(m.nbytes for m in members))
       yield from (beam.pvalue.TaggedOutput(_LARGE, out) for out in
                   self._large.add_rows(lsh_kernels.node_shard(
-                      found.large_ids, c.lsh_shards), *members))
+                      found.large_anchors, c.lsh_shards), *members))
     if len(found.src):
       yield metrics.shuffled("candidate_edges",
                              found.src.nbytes + found.dst.nbytes)
       yield from self._outputs.add_rows(shards, found.src, found.dst)
 
 
-@beam.typehints.with_output_types(Tuple[int, SignedMembers])
-class _SignMembersFn(RouteByShard):
-  """A node shard's digests and large-bucket members → the members with
-  their digests, in the edge shard of their bucket's smallest id."""
-
-  OUTPUT = SignedMembers
-
-  def process(self, element):
-    _, joined = element
-    if not joined["members"]:
-      return
-    keys, anchors, ids = lsh_kernels.concat_arrays(joined["members"])
-    known, digests = sorted_values(joined["digests"])
-    digests = digests[lsh_kernels.rows_of(known, ids)]
-    yield metrics.shuffled("large_buckets", keys.nbytes + anchors.nbytes
-                           + ids.nbytes + digests.nbytes)
-    yield from self.outputs.add_rows(
-        lsh_kernels.node_shard(anchors, self._shards), keys, anchors, ids,
-        digests)
-
-
-@beam.typehints.with_output_types(Tuple[int, EdgeBatch])
 class _DistinctFn(beam.DoFn):
 
   def __init__(self, config: DedupConfig, first_new_id: int = None):
@@ -165,16 +145,20 @@ class _DistinctFn(beam.DoFn):
 
   def process(self, element):
     shard, joined = element
-    c = self._config
     parts = list(joined["edges"])
     if joined["large"]:
-      src, dst, _ = lsh_kernels.large_bucket_pairs(
-          *lsh_kernels.concat_arrays(joined["large"]),
-          c.exhaustive_bucket_size, c.bucket_hubs)
-      if self._first_new_id is not None:
-        new = dst >= self._first_new_id
-        src, dst = src[new], dst[new]
-      parts.append((src, dst))
+      keys, anchors, ids = lsh_kernels.concat_arrays(joined["large"])
+      if self._config.verify != "none":
+        yield beam.pvalue.TaggedOutput(_BUCKETS, (shard, BucketMembers(
+            keys, anchors, ids)))
+      else:
+        # Every pair passes: the bucket is one component, a star spans it.
+        star = ids != anchors
+        if self._first_new_id is not None:
+          star &= ids >= self._first_new_id
+        parts.append((anchors[star], ids[star]))
+    if not parts:
+      return
     src, dst = lsh_kernels.distinct_edges(*lsh_kernels.concat_arrays(parts))
     if not len(src):
       return

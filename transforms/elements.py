@@ -8,11 +8,9 @@ also unpack it as a plain tuple. Keyed by a shard they travel as
 * :class:`TextBatch` from Read (:mod:`transforms.read`) to Sign (its texts
   a list of str, the one field that is not an array),
 * :class:`SignatureBatch` from Sign (:mod:`transforms.sign`),
-* ``(band-key shard, KeyShard)`` and ``(node shard, DigestBatch)`` from
-  Band (:mod:`transforms.band`),
-* inside Collide (:mod:`transforms.collide`), the members of buckets above
-  the exhaustive size: ``(node shard, BucketMembers)``, then with their
-  digests ``(edge shard, SignedMembers)``,
+* ``(band-key shard, KeyShard)`` from Band (:mod:`transforms.band`),
+* from Collide (:mod:`transforms.collide`) to Verify, the members of
+  buckets above the exhaustive size: ``(edge shard, BucketMembers)``,
 * ``(edge shard, EdgeBatch)`` from Collide (:mod:`transforms.collide`), and
   the ``(doc, other)`` pairs that Explain measures with the documents
   whose user ids it asks for (:class:`TextRequest`),
@@ -104,13 +102,6 @@ def key_columns(shards) -> tuple:
           np.concatenate([s.doc_ids() for s in shards]))
 
 
-class DigestBatch(NamedTuple):
-  """Documents' whole-signature digests: ``ids`` int64[n], ``digests``
-  uint64[n] (:func:`~transforms.kernels.lsh.signature_digests`)."""
-  ids: np.ndarray
-  digests: np.ndarray
-
-
 class BucketMembers(NamedTuple):
   """Members of band-key buckets above the exhaustive size, one row per
   (bucket, document): the bucket's ``keys`` uint64[m] and ``anchors``
@@ -118,15 +109,6 @@ class BucketMembers(NamedTuple):
   keys: np.ndarray
   anchors: np.ndarray
   ids: np.ndarray
-
-
-class SignedMembers(NamedTuple):
-  """:class:`BucketMembers` rows with each document's whole-signature
-  ``digests`` uint64[m]."""
-  keys: np.ndarray
-  anchors: np.ndarray
-  ids: np.ndarray
-  digests: np.ndarray
 
 
 class EdgeBatch(NamedTuple):
@@ -501,9 +483,7 @@ def _arrays_coder(element_type) -> type:
 
 SignatureBatchCoder = _arrays_coder(SignatureBatch)
 KeyShardCoder = _arrays_coder(KeyShard)
-DigestBatchCoder = _arrays_coder(DigestBatch)
 BucketMembersCoder = _arrays_coder(BucketMembers)
-SignedMembersCoder = _arrays_coder(SignedMembers)
 EdgeBatchCoder = _arrays_coder(EdgeBatch)
 TextRequestCoder = _arrays_coder(TextRequest)
 VerifiedEdgesCoder = _arrays_coder(VerifiedEdges)
@@ -512,9 +492,8 @@ ClusterBatchCoder = _arrays_coder(ClusterBatch)
 AskedBatchCoder = _arrays_coder(AskedBatch)
 WantedCoder = _arrays_coder(Wanted)
 
-CODERS = (SignatureBatchCoder, KeyShardCoder, DigestBatchCoder,
-          BucketMembersCoder, SignedMembersCoder, EdgeBatchCoder,
-          TextRequestCoder, VerifiedEdgesCoder, MemberBatchCoder, ClusterBatchCoder,
+CODERS = (SignatureBatchCoder, KeyShardCoder, BucketMembersCoder,
+          EdgeBatchCoder, TextRequestCoder, VerifiedEdgesCoder, MemberBatchCoder, ClusterBatchCoder,
           AskedBatchCoder, WantedCoder)
 for _coder in CODERS:
   beam.coders.registry.register_coder(_coder.TYPE, _coder)

@@ -74,7 +74,7 @@ KEYS_DIR, DOCS_DIR = "keys", "docs"
 MATCHED_PARAMS = ("shingle_unit", "ngram", "num_perm", "sketch", "bands",
                   "rows", "seed", "nfkc", "lowercase", "strip_punctuation",
                   "fold_digits", "min_tokens", "threshold", "verify",
-                  "exhaustive_bucket_size", "bucket_hubs", "shingle_scheme",
+                  "exhaustive_bucket_size", "shingle_scheme",
                   "minhash_scheme", "text_field", "id_field")
 
 

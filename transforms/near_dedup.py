@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.band import BandKey, RouteDigests
+from transforms.band import BandKey
 from transforms.collide import FindCandidates
 from transforms.components import ConnectedComponents
 from transforms.config import DedupConfig
@@ -69,29 +69,26 @@ class NearDedup(beam.PTransform):
     keyed = signatures | "BandKey" >> BandKey(c)
     index = self._index
     keys, compared = keyed["keys"], signatures
-    digests = keyed["digests"]
     counts = (*signed["counts"], *keyed["counts"])
     if index is not None:
       keys = (keys, index.keys) | "WithIndexedKeys" >> beam.Flatten()
-      indexed = index.signatures | "IndexedDigests" >> RouteDigests(c)
-      digests = ((digests, indexed["digests"])
-                 | "WithIndexedDigests" >> beam.Flatten())
-      counts += (indexed["counts"],)
       compared = ((signatures, index.signatures)
                   | "WithIndexedSignatures" >> beam.Flatten())
     first_new_id = None if index is None else index.first_new_id
-    found = ({"keys": keys, "digests": digests}
+    found = ({"keys": keys}
              | "FindCandidates" >> FindCandidates(c, first_new_id))
     counts += found["counts"]
-    edges = found["edges"]
+    edges, buckets = found["edges"], found["buckets"]
     if c.verify == "none":
       verified = edges | "KeepAllCandidates" >> ReduceUnverified()
     elif c.verify == "exact":
-      verified = ({"edges": edges, "docs": docs}
-                  | "VerifyExact" >> VerifyExact(c, self._texts))
+      verified = ({"edges": edges, "docs": docs, "buckets": buckets}
+                  | "VerifyExact" >> VerifyExact(c, self._texts,
+                                                 first_new_id))
     else:
-      verified = ({"edges": edges, "signatures": compared}
-                  | "VerifyEdges" >> VerifyEdges(c))
+      verified = ({"edges": edges, "signatures": compared,
+                   "buckets": buckets}
+                  | "VerifyEdges" >> VerifyEdges(c, first_new_id))
     counts += verified["counts"]
     components = (verified["edges"]
                   | "ConnectedComponents" >> ConnectedComponents(

@@ -305,7 +305,7 @@ def _curve(curve: dict) -> str:
 def _edges(stats: dict) -> str:
   candidates, verified = stats["candidate_edges"], stats["verified_edges"]
   share = f"{verified / candidates:.1%}" if candidates else "–"
-  rows = [f"<tr><td>candidate edges (distinct star edges from buckets)</td>"
+  rows = [f"<tr><td>candidate edges (pairs verified: those of small buckets, the compared ones of large buckets)</td>"
           f"{_stat_cell('candidate_edges', candidates)}</tr>",
           f"<tr><td>verified edges (passed verify="
           f"{_e(stats['params'].get('verify'))})</td>"

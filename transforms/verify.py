@@ -18,7 +18,7 @@ Every join here is a :class:`~transforms.join.JoinByKey` of a shard's
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -29,6 +29,7 @@ from transforms.elements import (EdgeBatch, Served, TextRequest,
                                  VerifiedEdges, Wanted)
 from transforms.join import JoinByKey
 from transforms.read import make_doc_id, read_texts, split_doc_id
+from transforms.kernels import bucket_components as bucket_kernels
 from transforms.kernels import connected as graph_kernels
 from transforms.kernels import jaccard as jaccard_kernels
 from transforms.kernels import lsh as lsh_kernels
@@ -40,16 +41,19 @@ MAX_TEXT_BATCH = 4096
 
 
 class VerifyEdges(beam.PTransform):
-  """``{"edges", "signatures"}`` (edge and signature batches) → verified
-  edge batches ``(shard, (src, dst, similarity))``: a spanning forest of the
-  edges whose estimated Jaccard (fraction of equal signature entries) is >=
-  the threshold, the most similar edges first (see
-  :func:`forest_batch`). Every signature is shuffled once,
-  to its document's shard, which forwards just the ones candidate edges
-  need.
+  """``{"edges", "signatures", "buckets"}`` (edge and signature batches,
+  optionally large buckets' members) → verified edge batches ``(shard,
+  (src, dst, similarity))``: a spanning forest of the edges whose estimated
+  Jaccard (fraction of equal signature entries) is >= the threshold, the
+  most similar edges first (see :func:`forest_batch`), and of each large
+  bucket's pairs that are (see :func:`bucket_edges`). Every signature is
+  shuffled once, to its document's shard, which forwards just the ones
+  candidate edges and buckets need.
 
   Args:
     config: ``threshold`` and ``lsh_shards``.
+    first_new_id: against an index, the lowest new id (two indexed
+      documents of a bucket are never paired), or None.
 
   Returns:
     ``{"edges": (edge shard, VerifiedEdges), "counts"}``
@@ -60,24 +64,31 @@ class VerifyEdges(beam.PTransform):
     super().__init__()
     self._config = config
 
+  def __init__(self, config: DedupConfig, first_new_id: int = None):
+    super().__init__()
+    self._config = config
+    self._first_new_id = first_new_id
+
   def expand(self, inputs):
     n = self._config.lsh_shards
     routed = inputs["signatures"] | "RouteSignatures" >> beam.ParDo(
         _RouteFn(n, "verify_signatures")).with_outputs(
             metrics.COUNTS, main="values")
-    served = ({"values": routed.values, "edges": inputs["edges"]}
+    requests = with_member_requests(inputs)
+    served = ({"values": routed.values, "edges": requests}
               | "ServeSignatures" >> _Serve(n))
-    compared = ({"values": served["values"], "edges": inputs["edges"]}
-                | "CompareSignatures" >> _Compare(
-                    _SignatureCompareFn(self._config)))
+    compared = ({"values": served["values"], **_edges_and_buckets(inputs)}
+                | "CompareSignatures" >> _Compare(_SignatureCompareFn(
+                    self._config, self._first_new_id)))
     return {"edges": compared["edges"],
             "counts": (routed[metrics.COUNTS], *served["counts"],
                        *compared["counts"])}
 
 
 class VerifyExact(beam.PTransform):
-  """``{"edges", "docs"}`` → verified edge batches ``(shard, (src, dst,
-  similarity))``: a spanning forest of the edges whose shingle sets have
+  """``{"edges", "docs", "buckets"}`` → verified edge batches ``(shard,
+  (src, dst, similarity))``: a spanning forest of the edges, and of each
+  large bucket's pairs (see :func:`bucket_edges`), whose shingle sets have
   true Jaccard >= the threshold (that Jaccard is the similarity). ``docs``
   are ``(doc_id, raw text)``; only the texts of candidate documents reach
   the comparison, where they are shingled with the same kernels and
@@ -93,25 +104,52 @@ class VerifyExact(beam.PTransform):
     config: the shingling parameters, ``threshold`` and ``lsh_shards``.
     texts: optional, a PTransform from edge batches to ``{"values",
       "counts"}`` of the endpoints' texts.
+    first_new_id: as :class:`VerifyEdges`'s.
 
   Returns:
     ``{"edges": (edge shard, VerifiedEdges), "counts"}``
     (``verified_edges``, ``verify_removed_edges``, ``graph_edges``).
   """
 
-  def __init__(self, config: DedupConfig, texts: beam.PTransform = None):
+  def __init__(self, config: DedupConfig, texts: beam.PTransform = None,
+               first_new_id: int = None):
     super().__init__()
     self._config = config
     self._texts = texts
+    self._first_new_id = first_new_id
 
   def expand(self, inputs):
-    served = serve_texts(self._texts, inputs["docs"], inputs["edges"],
+    served = serve_texts(self._texts, inputs["docs"],
+                         with_member_requests(inputs),
                          self._config.lsh_shards)
-    compared = ({"values": served["values"], "edges": inputs["edges"]}
-                | "CompareShingleSets" >> _Compare(
-                    _ExactCompareFn(self._config)))
+    compared = ({"values": served["values"], **_edges_and_buckets(inputs)}
+                | "CompareShingleSets" >> _Compare(_ExactCompareFn(
+                    self._config, self._first_new_id)))
     return {"edges": compared["edges"],
             "counts": (*served["counts"], *compared["counts"])}
+
+
+def with_member_requests(inputs):
+  """The edge batches of ``inputs["edges"]``, and when ``inputs`` has
+  ``buckets``, one request per large-bucket batch for its members' values
+  (an :class:`EdgeBatch` of each member with itself, so every server
+  answers it as it answers edges)."""
+  if "buckets" not in inputs:
+    return inputs["edges"]
+  members = inputs["buckets"] | "RequestMembers" >> beam.Map(
+      _member_request).with_output_types(Tuple[int, EdgeBatch])
+  return (inputs["edges"], members) | "WithMembers" >> beam.Flatten()
+
+
+def _member_request(element):
+  shard, buckets = element
+  ids = np.unique(buckets.ids)
+  return shard, EdgeBatch(ids, ids)
+
+
+def _edges_and_buckets(inputs):
+  return {"edges": inputs["edges"],
+          **({"buckets": inputs["buckets"]} if "buckets" in inputs else {})}
 
 
 class ServeTextsFromFiles(beam.PTransform):
@@ -336,7 +374,7 @@ class _Compare(beam.PTransform):
     self._fn = fn
 
   def expand(self, inputs):
-    compared = ({"values": inputs["values"], "edges": inputs["edges"]}
+    compared = (dict(inputs)
                 | "GroupEdgeEnds" >> JoinByKey()
                 | "Compare" >> beam.ParDo(self._fn).with_outputs(
                     metrics.COUNTS, main="edges"))
@@ -345,54 +383,168 @@ class _Compare(beam.PTransform):
 
 @beam.typehints.with_output_types(Tuple[int, VerifiedEdges])
 class _CompareFn(metrics.MeteredDoFn):
-  """Keeps the edges of one edge shard for which ``passes`` holds."""
+  """Keeps the edges of one edge shard for which ``passes`` holds, and the
+  spanning forest of each large bucket's pairs that would pass (see
+  :func:`bucket_edges`)."""
 
   STAGE = "verification"
 
-  def __init__(self, config: DedupConfig):
+  def __init__(self, config: DedupConfig, first_new_id: int = None):
     self._config = config
+    self._first_new_id = first_new_id
 
   def setup(self):
     super().setup()
     self._similarity = metrics.distribution("verified_similarity_permille")
 
-  def passes(self, ids, values, src_rows, dst_rows):
+  def prepare(self, values):
+    """What ``passes`` and ``forest`` compare (the values, or derived)."""
+    return values
+
+  def passes(self, prepared, src_rows, dst_rows):
     """``(passed bool[m], similarity float64[m])`` of the edges."""
+    raise NotImplementedError
+
+  def forest(self, prepared, rows, first_new):
+    """The :class:`~transforms.kernels.bucket_components.BucketForest` of
+    the documents at ``rows`` (one bucket, by id)."""
+    raise NotImplementedError
+
+  def twins(self, prepared, rows):
+    """For each of the sorted ``rows``, the first of them with equal values
+    that pass verification together (itself if none)."""
     raise NotImplementedError
 
   def process(self, element):
     shard, grouped = element
-    if not grouped["edges"]:
+    buckets = grouped["buckets"] if "buckets" in grouped else []
+    if not grouped["edges"] and not buckets:
       return
     with self.meter.timed():
-      src, dst = lsh_kernels.concat_arrays(grouped["edges"])
       ids, values = sorted_values(grouped["values"])
-      passed, similarity = self.passes(ids, values,
+      prepared = self.prepare(values)
+      src, dst = (lsh_kernels.concat_arrays(grouped["edges"])
+                  if grouped["edges"] else (np.zeros(0, np.int64),) * 2)
+      passed, similarity = self.passes(prepared,
                                        lsh_kernels.rows_of(ids, src),
                                        lsh_kernels.rows_of(ids, dst))
-    self.meter.done(len(src))
+      found = bucket_edges(self, prepared, ids, buckets, self._first_new_id)
+    self.meter.done(len(src) + found.comparisons)
     for value in (1000 * similarity[passed]).astype(np.int64).tolist():
       self._similarity.update(value)
-    yield metrics.count_tag("verified_edges", int(passed.sum()))
-    yield metrics.count_tag(REMOVED_STAT, int((~passed).sum()))
-    if passed.any():
-      yield from forest_batch(shard, src[passed], dst[passed],
-                              similarity[passed])
+    if buckets:
+      # A large bucket's compared pairs are candidates verified here.
+      yield metrics.count_tag("candidate_edges", found.comparisons)
+    yield metrics.count_tag("verified_edges", int(passed.sum()) + found.passed)
+    yield metrics.count_tag(REMOVED_STAT, int((~passed).sum())
+                            + found.comparisons - found.passed)
+    src = np.concatenate([src[passed], found.src])
+    if len(src):
+      yield from forest_batch(shard, src,
+                              np.concatenate([dst[passed], found.dst]),
+                              np.concatenate([similarity[passed],
+                                              found.similarity]))
+
+
+class BucketEdges(NamedTuple):
+  """The forest edges ``src`` → ``dst`` (document ids) of an edge shard's
+  large buckets, their ``similarity``, and how many pairs were compared
+  (``comparisons``) and ``passed``."""
+  src: np.ndarray
+  dst: np.ndarray
+  similarity: np.ndarray
+  comparisons: int
+  passed: int
+
+
+def bucket_edges(compare, prepared, ids, buckets, first_new_id=None
+                 ) -> BucketEdges:
+  """Each large bucket's spanning forest of the pairs that pass
+  verification: the components all its pairs would give, from about k x
+  (components) comparisons (:mod:`~transforms.kernels.bucket_components`),
+  members with equal values counted once per shard.
+
+  Args:
+    compare: the ``_CompareFn`` whose ``forest`` compares.
+    prepared: its ``prepare`` of the values of ``ids``.
+    ids: the sorted ids of the served values.
+    buckets: :class:`~transforms.elements.BucketMembers` batches.
+    first_new_id: members below it (indexed) are never paired together.
+  """
+  if not buckets:
+    empty = np.zeros(0, dtype=np.int64)
+    return BucketEdges(empty, empty, np.zeros(0), 0, 0)
+  keys, _, members = lsh_kernels.concat_arrays(buckets)
+  rows = lsh_kernels.rows_of(ids, members)
+  # Members with equal values are one member to every bucket they share:
+  # each is joined to the first of them (similarity 1, counted as a
+  # comparison), once per shard, and only that one is searched. Indexed
+  # members stand for themselves (two of them are never paired).
+  distinct = np.unique(rows)
+  if first_new_id is not None:
+    new = ids[distinct] >= first_new_id
+    canon = distinct.copy()
+    canon[new] = compare.twins(prepared, distinct[new])
+  else:
+    canon = compare.twins(prepared, distinct)
+  twin = canon != distinct
+  src, dst = [ids[canon[twin]]], [ids[distinct[twin]]]
+  similarity = [np.ones(int(twin.sum()))]
+  comparisons = passed = int(twin.sum())
+  rows = canon[np.searchsorted(distinct, rows)]
+  order = np.lexsort((rows, keys))
+  keys, rows = keys[order], rows[order]
+  starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+  for lo, hi in zip(starts.tolist(), np.r_[starts[1:], len(keys)].tolist()):
+    bucket = np.unique(rows[lo:hi])
+    first_new = (0 if first_new_id is None else
+                 int(np.searchsorted(ids[bucket], first_new_id)))
+    forest = compare.forest(prepared, bucket, first_new)
+    src.append(ids[bucket[forest.src]])
+    dst.append(ids[bucket[forest.dst]])
+    similarity.append(forest.similarity)
+    comparisons += forest.comparisons
+    passed += forest.passed
+  return BucketEdges(np.concatenate(src), np.concatenate(dst),
+                     np.concatenate(similarity), comparisons, passed)
 
 
 class _SignatureCompareFn(_CompareFn):
 
-  def passes(self, ids, values, src_rows, dst_rows):
-    k = values.shape[1]
-    equal = np.count_nonzero(values[src_rows] == values[dst_rows], axis=1)
-    min_equal = lsh_kernels.min_equal_entries(self._config.threshold, k)
-    return equal >= min_equal, equal / k
+  def _min_equal(self, values):
+    return lsh_kernels.min_equal_entries(self._config.threshold,
+                                         values.shape[1])
+
+  def passes(self, prepared, src_rows, dst_rows):
+    k = prepared.shape[1]
+    equal = np.count_nonzero(prepared[src_rows] == prepared[dst_rows], axis=1)
+    return equal >= self._min_equal(prepared), equal / k
+
+  def forest(self, prepared, rows, first_new):
+    return bucket_kernels.row_forest(prepared, rows,
+                                     self._min_equal(prepared), first_new)
+
+  def twins(self, prepared, rows):
+    return bucket_kernels.row_twins(prepared, rows)
 
 
 class _ExactCompareFn(_CompareFn):
 
-  def passes(self, ids, values, src_rows, dst_rows):
-    return exact_similarity(self._config, values, src_rows, dst_rows)
+  def prepare(self, values):
+    return shingled(self._config, values)
+
+  def passes(self, prepared, src_rows, dst_rows):
+    inter, union = set_overlaps(*prepared, src_rows, dst_rows)
+    return (jaccard_kernels.meets_threshold(inter, union,
+                                            self._config.threshold),
+            inter / np.maximum(union, 1))
+
+  def forest(self, prepared, rows, first_new):
+    return bucket_kernels.set_forest(*prepared, rows, self._config.threshold,
+                                     first_new)
+
+  def twins(self, prepared, rows):
+    return bucket_kernels.set_twins(*prepared, rows)
 
 
 def exact_similarity(config: DedupConfig, texts, src_rows, dst_rows):
@@ -406,9 +558,19 @@ def exact_similarity(config: DedupConfig, texts, src_rows, dst_rows):
 def exact_overlaps(config: DedupConfig, texts, src_rows, dst_rows):
   """``(|A∩B|, |A∪B|)`` of the shingle sets of ``texts[src_rows[i]]`` and
   ``texts[dst_rows[i]]``, shingled as the signatures were."""
-  flat, set_offsets = signature_kernels.shingle_sets(
+  return set_overlaps(*shingled(config, texts), src_rows, dst_rows)
+
+
+def shingled(config: DedupConfig, texts):
+  """``(values, offsets)``: the shingle sets of ``texts``, shingled as the
+  signatures were."""
+  return signature_kernels.shingle_sets(
       list(texts), unit=config.shingle_unit, ngram=config.ngram,
       seed=config.seed, **normalize_options(config))
+
+
+def set_overlaps(flat, set_offsets, src_rows, dst_rows):
+  """``(|A∩B|, |A∪B|)`` of the sets at ``src_rows`` and ``dst_rows``."""
   sizes = np.diff(set_offsets)
   inter = jaccard_kernels.pair_intersections(flat, set_offsets, src_rows,
                                              dst_rows)

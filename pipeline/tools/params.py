@@ -18,7 +18,8 @@ import numpy as np
 
 from pipeline.options import add_detection_arguments
 from pipeline.tools import config_from_args, parse_args, run_tool, tool_parser
-from transforms.config import ConfigError, DedupConfig
+from transforms.config import (MIN_CANDIDATE_PROBABILITY, ConfigError,
+                               DedupConfig)
 from transforms.kernels import lsh as lsh_kernels
 
 COMPARED = ((64, 2), (32, 4), (16, 8), (8, 16))
@@ -45,6 +46,16 @@ def describe(config: DedupConfig) -> str:
            f"{config.fp_weight}, fn_weight {config.fn_weight}: {b} bands x "
            f"{r} rows (b*r = {b * r}), S-curve threshold (1/b)^(1/r) = "
            f"{config.lsh_threshold:.3f}",
+           f"P(candidate | J >= {t}) >= {config.candidate_probability:.4f}"
+           f" (P at J = {t}); mean P(candidate) of a pair below it"
+           f" {config.mean_false_candidate:.3f}: expected false candidates"
+           " per document per such neighbour"
+           + (f"; below {MIN_CANDIDATE_PROBABILITY}, what --threshold's own"
+              " choice reaches with verification: one true pair in"
+              f" {1 / (1 - config.candidate_probability):.0f} at the"
+              " threshold is never a candidate"
+              if config.verify != "none" and config.candidate_probability
+              < MIN_CANDIDATE_PROBABILITY else ""),
            f"verify={config.verify}: P(edge) is P(candidate) and passing "
            "verification",
            "similarity  P(candidate)  P(edge)"]

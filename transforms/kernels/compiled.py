@@ -17,10 +17,12 @@ intersections (:func:`sorted_sets`, :func:`are_sets`,
 
 from __future__ import annotations
 
+import types
+
 import numba
 import numpy as np
 
-from transforms.kernels import union_find
+from transforms.kernels import bucket_components, jaccard, union_find
 from transforms.kernels.hashing import FMIX_M1, FMIX_M2, GOLDEN
 # Property bits of the code point tables (see reference_text.codepoint_tables).
 from transforms.kernels.reference_text import (DIGIT, KNOWN, SPACE, STABLE,
@@ -429,19 +431,6 @@ def sketch_rows(units, offsets, ngram, seed, oph, a, b, oph_key, probe_key,
 
 
 @numba.njit(cache=True, nogil=True)
-def signature_digests(sig, start):
-  """``lsh.signature_digests``: each row's whole-signature digest, uint64."""
-  n, width = sig.shape
-  out = np.empty(n, dtype=np.uint64)
-  for doc in range(n):
-    h = start
-    for j in range(width):
-      h = _fmix64((h ^ np.uint64(sig[doc, j])) * GOLDEN)
-    out[doc] = h
-  return out
-
-
-@numba.njit(cache=True, nogil=True)
 def band_entries(sig, ids, rows, band_starts, num_shards):
   """``(keys, ids, bounds)`` of ``lsh.band_entries``: every (document,
   band) entry's key and its document's id, counting-sorted by shard (shard
@@ -534,20 +523,21 @@ def are_sets(values, offsets):
 def merge_intersections(values, offsets, left, right, out):
   """``out[i] = |S_left[i] ∩ S_right[i]|``, by one merge of the two sets."""
   for i in range(len(left)):
-    a, a_end = offsets[left[i]], offsets[left[i] + 1]
-    b, b_end = offsets[right[i]], offsets[right[i] + 1]
-    shared = 0
-    while a < a_end and b < b_end:
-      if values[a] == values[b]:
-        shared += 1
-        a += 1
-        b += 1
-      elif values[a] < values[b]:
-        a += 1
-      else:
-        b += 1
-    out[i] = shared
+    out[i] = merged_count(values, offsets[left[i]], offsets[left[i] + 1],
+                          offsets[right[i]], offsets[right[i] + 1])
 
 
-# The union-find runs the same source on both paths.
-unite = numba.njit(cache=True, nogil=True)(union_find.unite)
+def _with_compiled(fn, **helpers):
+  """``fn`` compiled, the plain functions it calls by the names in
+  ``helpers`` replaced by their compiled forms: so the union-find and the
+  large-bucket search run the same source on both paths."""
+  names = dict(fn.__globals__, **helpers)
+  return numba.njit(cache=True, nogil=True)(types.FunctionType(
+      fn.__code__, names, fn.__name__, fn.__defaults__))
+
+
+root = numba.njit(cache=True, nogil=True)(union_find.root)
+merged_count = numba.njit(cache=True, nogil=True)(jaccard.merged_count)
+unite = _with_compiled(union_find.unite, root=root)
+forest_loop = _with_compiled(bucket_components.forest_loop, root=root,
+                             merged_count=merged_count)

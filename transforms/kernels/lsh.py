@@ -32,17 +32,25 @@ def false_negative_area(threshold: float, bands: int, rows: int) -> float:
 
 
 def choose_bands_rows(threshold: float, num_perm: int, fp_weight: float = 0.5,
-                      fn_weight: float = 0.5) -> Tuple[int, int]:
+                      fn_weight: float = 0.5,
+                      min_candidate: Optional[float] = None) -> Tuple[int, int]:
   """(b, r) with b*r <= num_perm minimising the weighted error areas.
 
-  Ties go to the smaller b*r (cheaper), then fewer bands.
+  With ``min_candidate``, only bandings whose P(candidate) at ``threshold``
+  (and so at every higher similarity) reaches it are eligible; when none
+  does, the one with the highest P(candidate) there is returned. Ties go to
+  the smaller b*r (cheaper), then fewer bands.
   """
   best = None
   for bands in range(1, num_perm + 1):
     for rows in range(1, num_perm // bands + 1):
+      short = 0.0
+      if min_candidate is not None:
+        short = max(0.0, min_candidate - float(collision_probability(
+            threshold, bands, rows)))
       err = (fp_weight * false_positive_area(threshold, bands, rows)
              + fn_weight * false_negative_area(threshold, bands, rows))
-      key = (round(err, 12), bands * rows, bands)
+      key = (round(short, 12), round(err, 12), bands * rows, bands)
       if best is None or key < best[0]:
         best = (key, bands, rows)
   return best[1], best[2]
@@ -119,27 +127,6 @@ def shard_of(keys: np.ndarray, num_shards: int) -> np.ndarray:
           % np.uint64(num_shards)).astype(np.int64)
 
 
-# Salt of the whole-signature digest, so it never equals a band key.
-_DIGEST_SALT = np.uint64(0x5EED5EED0D16E575)
-
-
-def signature_digests(signatures: np.ndarray, seed: int) -> np.ndarray:
-  """Stable 64-bit hash of every whole signature: uint64 ``(n_docs,)``.
-
-  Equal signatures give equal digests; distinct ones collide with
-  probability 2^-64 per pair.
-  """
-  sig = np.ascontiguousarray(signatures, dtype=np.uint32)
-  start = fmix64(np.array([seed], dtype=np.uint64) ^ _DIGEST_SALT)
-  kernels = dispatch.compiled_kernels(sig.size)
-  if kernels is not None:
-    return kernels.signature_digests(sig, start[0])
-  h = np.repeat(start, sig.shape[0])
-  for j in range(sig.shape[1]):
-    h = fmix64((h ^ sig[:, j].astype(np.uint64)) * GOLDEN)
-  return h
-
-
 def band_entries(signatures: np.ndarray, ids: np.ndarray, bands: int,
                  rows: int, seed: int, num_shards: int):
   """Yields ``(shard, [keys, ids])`` of a signature batch's band-key
@@ -175,8 +162,8 @@ class BucketPairs(NamedTuple):
   many of them were above the exhaustive size; ``large_keys``,
   ``large_anchors`` and ``large_ids`` list those buckets' distinct members
   (one row per bucket and document, the bucket's key and smallest id), whose
-  pairs :func:`large_bucket_pairs` finds once their signature digests are
-  known.
+  components verification finds
+  (:mod:`~transforms.kernels.bucket_components`).
   """
   src: np.ndarray
   dst: np.ndarray
@@ -195,8 +182,7 @@ def bucket_pairs(keys: np.ndarray, ids: np.ndarray, exhaustive: int
   A bucket (run of equal keys) of k <= ``exhaustive`` distinct documents
   yields all k(k-1)/2 pairs, so every pair of it that passes verification
   is an edge; pairs repeated across buckets of the same anchor are emitted
-  once. A larger bucket yields no pair here: its members are returned, for
-  :func:`large_bucket_pairs`.
+  once. A larger bucket yields no pair here: its members are returned.
   """
   keys = np.asarray(keys, dtype=np.uint64)
   ids = np.asarray(ids, dtype=np.int64)
@@ -235,41 +221,6 @@ def bucket_pairs(keys: np.ndarray, ids: np.ndarray, exhaustive: int
                      sizes[sizes >= 2], int(large.sum()), keys[members],
                      np.repeat(ids[starts[large]], sizes[large]),
                      ids[members])
-
-
-def large_bucket_pairs(keys: np.ndarray, anchors: np.ndarray,
-                       ids: np.ndarray, digests: np.ndarray, exhaustive: int,
-                       hubs: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """``(src, dst, anchor)`` pairs of buckets above the exhaustive size, from
-  their members (rows of one bucket in any order, each document once, with
-  its signature digest) as :func:`bucket_pairs` returns them.
-
-  Such a bucket never costs k^2: documents with equal signature digests are
-  first joined by a star from the smallest of them (one node per distinct
-  signature); if at most ``exhaustive`` distinct signatures remain, all
-  their pairs follow, otherwise every one of them is paired with each of
-  the ``hubs`` smallest ids among them (and the hubs with each other): at
-  most k * ``hubs`` pairs. ``src < dst``; ``anchor`` is the bucket's
-  smallest id.
-  """
-  keys = np.asarray(keys, dtype=np.uint64)
-  ids = np.asarray(ids, dtype=np.int64)
-  anchors = np.asarray(anchors, dtype=np.int64)
-  digests = np.asarray(digests, dtype=np.uint64)
-  empty = np.zeros(0, dtype=np.int64)
-  src, dst, anchor = [empty], [empty], [empty]
-  order = np.lexsort((ids, keys))
-  keys, ids, anchors, digests = (keys[order], ids[order], anchors[order],
-                                 digests[order])
-  starts = (np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys)
-            else empty)
-  ends = np.r_[starts[1:], len(keys)]
-  for lo, hi in zip(starts.tolist(), ends.tolist()):
-    s, d = _large_bucket_pairs(ids[lo:hi], digests[lo:hi], exhaustive, hubs)
-    src.append(s)
-    dst.append(d)
-    anchor.append(np.full(len(s), anchors[lo], dtype=np.int64))
-  return tuple(np.concatenate(a) for a in (src, dst, anchor))
 
 
 def repeated(values: np.ndarray) -> np.ndarray:
@@ -312,29 +263,6 @@ def ranges(starts, lengths) -> np.ndarray:
   shift = np.repeat(np.asarray(starts, dtype=np.int64)
                     - (np.cumsum(lengths) - lengths), lengths)
   return shift + np.arange(total, dtype=np.int64)
-
-
-def _large_bucket_pairs(ids, digests, exhaustive, hubs):
-  """Pairs of one bucket above the exhaustive size (ids sorted)."""
-  order = np.lexsort((ids, digests))
-  ids, digests = ids[order], digests[order]
-  group = np.flatnonzero(np.r_[True, digests[1:] != digests[:-1]])
-  group_of = np.repeat(group, np.diff(np.r_[group, len(ids)]))
-  alias = group_of != np.arange(len(ids))
-  alias_src, alias_dst = ids[group_of[alias]], ids[alias]
-  reps = np.sort(ids[group])
-  if len(reps) <= exhaustive:
-    src, dst = run_pairs(reps, np.zeros(1, dtype=np.int64),
-                         np.array([len(reps)]))
-  else:
-    head = reps[:hubs]
-    src, dst = run_pairs(head, np.zeros(1, dtype=np.int64),
-                         np.array([len(head)]))
-    rest = reps[hubs:]
-    src = np.concatenate([src, np.tile(head, len(rest))])
-    dst = np.concatenate([dst, np.repeat(rest, len(head))])
-  return (np.concatenate([alias_src, src]),
-          np.concatenate([alias_dst, dst]))
 
 
 def buckets_reaching(keys: np.ndarray, ids: np.ndarray,

@@ -9,6 +9,15 @@ from __future__ import annotations
 import numpy as np
 
 
+def root(parent, x):
+  """The root of ``x`` in the union-find array ``parent``, halving the
+  path on the way."""
+  while parent[x] != x:
+    parent[x] = parent[parent[x]]
+    x = parent[x]
+  return x
+
+
 def unite(a, b, n):
   """Union-find over n dense indices, uniting ``a[i]`` with ``b[i]`` in
   order: ``(roots, joined)``, the root of every index (the smallest of its
@@ -20,14 +29,7 @@ def unite(a, b, n):
   parent = np.arange(n)
   joined = np.zeros(len(a), dtype=np.bool_)
   for i in range(len(a)):
-    x = a[i]
-    while parent[x] != x:
-      parent[x] = parent[parent[x]]
-      x = parent[x]
-    y = b[i]
-    while parent[y] != y:
-      parent[y] = parent[parent[y]]
-      y = parent[y]
+    x, y = root(parent, a[i]), root(parent, b[i])
     if x != y:
       parent[max(x, y)] = min(x, y)
       joined[i] = True
