@@ -4,9 +4,13 @@ against brute force: every pair of the bucket verified, a plain union-find.
 Buckets: large template families, drifting chains (sliding windows, whose
 ends share nothing), many small components in one bucket, arbitrary sets
 (hypothesis); both verification measures, indexed members, both paths. The
-old rule (each member compared with the 8 lowest ids only) is the mutant the
-oracle must reject.
+old rule (each member compared with the 8 lowest ids only) and a loop that
+never searches its second representative's cover are mutants the oracle
+must reject.
 """
+
+import inspect
+import textwrap
 
 import numpy as np
 import pytest
@@ -235,3 +239,39 @@ def test_twins_survive_fingerprint_collisions(monkeypatch):
   monkeypatch.setattr(bc, "fmix64", lambda v: np.zeros(len(v), np.uint64))
   values, offsets = _sets([[1, 2], [3, 4], [1, 2], [5, 6]])
   assert bc.set_twins(values, offsets, np.arange(4)).tolist() == [0, 1, 0, 3]
+
+
+def _mutated_loop(old: str, new: str):
+  """:func:`bc.forest_loop` with one source line changed (a mutant the
+  oracle must reject), compiled in the kernel module's namespace."""
+  source = textwrap.dedent(inspect.getsource(bc.forest_loop))
+  assert source.count(old) == 1, old
+  namespace = dict(vars(bc))
+  exec(compile(source.replace(old, new), bc.__file__, "exec"), namespace)  # pylint: disable=exec-used
+  return namespace["forest_loop"]
+
+
+# A representative's cover never searched: members similar only to a
+# non-representative member of the second representative's cover (the
+# second family; the second stretch of a drifting chain) stay apart.
+SECOND_REPRESENTATIVE_SKIPPED = (
+    "          d = rep_distance[q]\n",
+    "          d = rep_distance[q]\n          if q == 1:\n            continue\n")
+
+
+@pytest.mark.parametrize("case", ["chain", "mixed"])
+def test_oracle_rejects_a_skipped_second_representative(case, monkeypatch):
+  rng = np.random.default_rng(7)
+  docs = CASES[case](rng)
+  values, offsets = _sets(docs)
+  members = np.arange(len(docs))
+  passes = _set_passes(values, offsets, members, 0.8)
+  # The pure path runs the loop as Python, so the mutant replaces it.
+  monkeypatch.setattr(dispatch, "compiled_kernels", lambda work: None)
+  _check_forest(bc.set_forest(values, offsets, members, 0.8), len(docs),
+                passes)
+  monkeypatch.setattr(bc, "forest_loop",
+                      _mutated_loop(*SECOND_REPRESENTATIVE_SKIPPED))
+  with pytest.raises(AssertionError):
+    _check_forest(bc.set_forest(values, offsets, members, 0.8), len(docs),
+                  passes)
