@@ -138,16 +138,18 @@ def test_match_extended_to_its_maximum():
       [3], [7])
 
 
-def test_hash_collision_never_strikes():
-  """Windows with equal hashes but different bytes are not repeats."""
-  windows = np.array([[1, 2, 3], [1, 2, 4], [1, 2, 3]], dtype=np.uint8)
-  real = sk._row_hashes
-  try:
-    sk._row_hashes = lambda rows: np.zeros(len(rows), dtype=np.uint64)
-    classes = sk._classes(windows)
-  finally:
-    sk._row_hashes = real
-  assert classes[0] == classes[2] != classes[1]
+def test_hash_collision_never_strikes(monkeypatch):
+  """Windows with equal hashes but different bytes are not repeats: with
+  every hash forced equal, the classes are still the windows' bytes."""
+  text = np.frombuffer(b"abcabdabcxabc", dtype=np.uint8)[None, :]
+  starts = np.arange(11)
+  monkeypatch.setattr(sk, "_window_hashes", lambda text, t, u, r: np.zeros(
+      len(u), dtype=np.uint64))
+  classes = sk._classes(text, 3, np.zeros(11, dtype=np.int64), starts)
+  windows = [bytes(text[0, s:s + 3]) for s in starts]
+  for i in range(11):
+    for j in range(11):
+      assert (classes[i] == classes[j]) == (windows[i] == windows[j])
 
 
 def test_narrow_to_code_points():

@@ -183,7 +183,7 @@ def contexts(data: np.ndarray, starts: np.ndarray, doc_ids: np.ndarray,
                   lo.astype(np.int32), hi.astype(np.int32), text)
 
 
-class Struck(NamedTuple):
+class Spans(NamedTuple):
   """Struck byte ranges ``[starts, ends)`` int64[s] of documents
   ``doc_ids`` int64[s], each with where the first occurrence of its leading
   T bytes is (``first_doc_ids``, ``first_starts`` int64[s])."""
@@ -194,57 +194,90 @@ class Struck(NamedTuple):
   first_starts: np.ndarray
 
 
-def _empty_struck() -> Struck:
-  return Struck(*(np.zeros(0, np.int64) for _ in Struck._fields))
+def _empty_struck() -> Spans:
+  return Spans(*(np.zeros(0, np.int64) for _ in Spans._fields))
 
 
-def _row_hashes(rows: np.ndarray) -> np.ndarray:
-  """A 64-bit hash of each row of ``rows`` (uint8[n, width]), folded over
-  its bytes eight at a time."""
-  n, width = rows.shape
-  words = -(-width // 8)
-  padded = np.zeros((n, words * 8), dtype=np.uint8)
-  padded[:, :width] = rows
-  packed = padded.view("<u8")
-  h = np.full(n, width, dtype=np.uint64)
-  with np.errstate(over="ignore"):
-    for j in range(words):
-      h = _mix(h ^ packed[:, j]) * _MULT
-  return h
+def _window_hashes(text: np.ndarray, threshold: int, entry_u: np.ndarray,
+                   entry_r: np.ndarray, rows_per_chunk: int = 4096
+                   ) -> np.ndarray:
+  """The :func:`gram_hashes` of the T-byte windows ``text[u, r:r + T]`` of
+  the entries ``(entry_u, entry_r)`` (sorted by u), rolled along each row
+  (a chunk of rows at a time, to bound memory) rather than per window."""
+  u, width = text.shape
+  out = np.empty(len(entry_u), dtype=np.uint64)
+  bounds = np.searchsorted(entry_u, np.arange(0, u + rows_per_chunk,
+                                              rows_per_chunk))
+  for c, first in enumerate(range(0, u, rows_per_chunk)):
+    lo, hi = bounds[c], bounds[c + 1]
+    if lo == hi:
+      continue
+    rolled = gram_hashes(text[first:first + rows_per_chunk].ravel(),
+                         threshold)
+    out[lo:hi] = rolled[(entry_u[lo:hi] - first) * width + entry_r[lo:hi]]
+  return out
 
 
-def _classes(windows: np.ndarray) -> np.ndarray:
-  """Class ids of the rows of ``windows`` (uint8[n, T]): equal iff the rows'
-  bytes are equal. Rows are grouped by a 64-bit hash first and every group
-  is then compared byte for byte; a group whose rows differ (a collision)
-  is split by its bytes."""
-  n, width = windows.shape
+def _classes(text: np.ndarray, threshold: int, entry_u: np.ndarray,
+             entry_r: np.ndarray) -> np.ndarray:
+  """Class ids of the windows ``text[u, r:r + T]`` of the entries (sorted by
+  u): equal iff the windows' bytes are equal.
+
+  Windows are grouped by a 64-bit hash, then each is compared byte for byte
+  with its group's head. The comparison goes by runs: entries of one row
+  whose heads lie at one shift in one other row, at consecutive r, are one
+  stretch of ``run + T - 1`` bytes on each side, compared once (a repeat of
+  L bytes costs about L + T compared bytes, not L x T). Groups where any
+  byte differs (a hash collision) are split by their bytes."""
+  n = len(entry_u)
   if n == 0:
     return np.zeros(0, dtype=np.int64)
-  hashes = _row_hashes(windows)
+  width = text.shape[1]
+  hashes = _window_hashes(text, threshold, entry_u, entry_r)
   order = np.argsort(hashes, kind="stable")
   sorted_hashes = hashes[order]
   head = np.ones(n, dtype=bool)
   head[1:] = sorted_hashes[1:] != sorted_hashes[:-1]
-  group = np.cumsum(head) - 1
+  group = np.empty(n, dtype=np.int64)
+  group[order] = np.cumsum(head) - 1
   heads = order[head]
-  differs = np.any(windows[order] != windows[heads[group]], axis=1)
-  if differs.any():
+  head_u, head_r = entry_u[heads[group]], entry_r[heads[group]]
+  shift = entry_r - head_r
+  # Runs: same row, same head row, same shift, consecutive r.
+  by_run = np.argsort(_pack((entry_u, width), (head_u, width),
+                             (shift + width, 2 * width), (entry_r, width)),
+                       kind="stable")
+  ru, rh, rs, rr = (entry_u[by_run], head_u[by_run], shift[by_run],
+                    entry_r[by_run])
+  new = np.ones(n, dtype=bool)
+  new[1:] = ((ru[1:] != ru[:-1]) | (rh[1:] != rh[:-1]) | (rs[1:] != rs[:-1])
+             | (rr[1:] != rr[:-1] + 1))
+  run = np.cumsum(new) - 1
+  run_first = np.nonzero(new)[0]
+  run_len = np.diff(np.append(run_first, n)) + threshold - 1
+  total = int(run_len.sum())
+  within = np.arange(total) - np.repeat(np.cumsum(run_len) - run_len,
+                                        run_len)
+  flat = text.ravel()
+  mine = np.repeat(ru[run_first] * width + rr[run_first], run_len) + within
+  theirs = np.repeat(rh[run_first] * width + rr[run_first] - rs[run_first],
+                     run_len) + within
+  bad_run = np.add.reduceat((flat[mine] != flat[theirs]).astype(np.int64),
+                            np.cumsum(run_len) - run_len) > 0
+  if bad_run.any():
     # Split the colliding groups by their bytes (exact).
-    bad = np.unique(group[differs])
-    rows = order[np.isin(group, bad)]
-    keyed = np.ascontiguousarray(windows[rows]).view(
-        np.dtype((np.void, width))).ravel()
+    bad = np.isin(group, np.unique(group[by_run[bad_run[run]]]))
+    windows = np.lib.stride_tricks.sliding_window_view(
+        text, threshold, axis=1)[entry_u[bad], entry_r[bad]]
+    keyed = np.ascontiguousarray(windows).view(
+        np.dtype((np.void, threshold))).ravel()
     _, exact = np.unique(keyed, return_inverse=True)
-    group = group.copy()
-    group[np.isin(group, bad)] = len(heads) + exact.ravel()
-  classes = np.empty(n, dtype=np.int64)
-  classes[order] = group
-  return classes
+    group[bad] = len(heads) + exact.ravel()
+  return group
 
 
 def repeated_windows(found: Contexts, threshold: int, k: int,
-                     strike: str = "later") -> Struck:
+                     strike: str = "later") -> Spans:
   """The struck ranges that ``found`` (the contexts of one or more anchor
   groups) proves: every window occurrence held in its contexts that an
   equal window, at another place held there too, precedes (``later``) or
@@ -279,9 +312,7 @@ def repeated_windows(found: Contexts, threshold: int, k: int,
   valid = (r[None, :] >= lo[:, None]) & (r[None, :] + threshold
                                          <= hi[:, None])
   entry_u, entry_r = np.nonzero(valid)
-  windows = np.lib.stride_tricks.sliding_window_view(
-      unique_text, threshold, axis=1)[entry_u, entry_r]
-  cls = _classes(windows)
+  cls = _classes(unique_text, threshold, entry_u, entry_r)
   # Each unique context's first and last member in input order.
   member_order = np.lexsort((found.offsets, found.doc_ids))
   by_u = inverse[member_order]
@@ -295,14 +326,22 @@ def repeated_windows(found: Contexts, threshold: int, k: int,
             found.offsets[member[entry_u]] - lead + entry_r)
   lo_doc, lo_start = occurrence(first_member)
   hi_doc, hi_start = occurrence(last_member)
-  # Each class's first occurrence (smallest (doc, start)) and last.
+  # Each class's first occurrence (smallest (doc, start)) and last, as
+  # entries: occurrences packed as (rank of the document, start).
+  ranks = np.unique(found.doc_ids, return_inverse=True)[1].ravel()
   n_cls = int(cls.max()) + 1
-  order = np.lexsort((lo_start, lo_doc, cls))
-  cls_first = np.full(n_cls, -1, dtype=np.int64)
-  cls_first[cls[order[::-1]]] = order[::-1]
-  order = np.lexsort((hi_start, hi_doc, cls))
-  cls_last = np.full(n_cls, -1, dtype=np.int64)
-  cls_last[cls[order]] = order
+  width = len(found.text[0]) + int(found.offsets.max()) + 1
+  def extreme(member, start, pick, fill):
+    keys = _pack((ranks[member[entry_u]], m), (start, width))
+    best = np.full(n_cls, fill, dtype=np.int64)
+    pick.at(best, cls, keys)
+    at = np.full(n_cls, -1, dtype=np.int64)
+    hit = keys == best[cls]
+    at[cls[hit]] = np.nonzero(hit)[0]
+    return at
+  cls_first = extreme(first_member, lo_start, np.minimum,
+                      np.iinfo(np.int64).max)
+  cls_last = extreme(last_member, hi_start, np.maximum, -1)
   f = cls_first[cls]
   first_doc, first_start = lo_doc[f], lo_start[f]
   if strike == "all":
@@ -328,8 +367,25 @@ def repeated_windows(found: Contexts, threshold: int, k: int,
                ref_doc[inverse], ref_start[inverse])
 
 
+def _pack(*columns) -> np.ndarray:
+  """One int64 key per row that orders like the tuples of ``columns``, each
+  given as ``(non-negative values, bound above them)``.
+
+  Raises:
+    ValueError: the bounds' product does not fit in 63 bits.
+  """
+  key, room = np.zeros(len(columns[0][0]), dtype=np.int64), 1
+  for values, bound in columns:
+    room *= int(bound)
+    key = key * int(bound) + values
+  if room >= 1 << 63:
+    raise ValueError("too many anchors in one shard to order them: raise"
+                     " the number of shards.")
+  return key
+
+
 def _runs(struck: np.ndarray, doc_ids, base, threshold, ref_doc,
-          ref_start) -> Struck:
+          ref_start) -> Spans:
   """Each row's runs of struck window starts ``base + r`` as byte ranges
   (a run of windows r0..r1 covers ``base + r0`` to ``base + r1 + T``)."""
   m, span = struck.shape
@@ -338,24 +394,13 @@ def _runs(struck: np.ndarray, doc_ids, base, threshold, ref_doc,
   edges = np.diff(padded, axis=1)
   row_up, r_up = np.nonzero(edges == 1)
   row_down, r_down = np.nonzero(edges == -1)
-  return Struck(doc_ids[row_up], base[row_up] + r_up,
+  return Spans(doc_ids[row_up], base[row_up] + r_up,
                 base[row_down] + r_down - 1 + threshold,
                 ref_doc[row_up, r_up], ref_start[row_up, r_up])
 
 
-class Spans(NamedTuple):
-  """Merged struck spans of documents, sorted by (doc, start): ``doc_ids``,
-  ``starts``, ``ends`` int64[s] and the first occurrence of each span's
-  leading T bytes (``first_doc_ids``, ``first_starts``)."""
-  doc_ids: np.ndarray
-  starts: np.ndarray
-  ends: np.ndarray
-  first_doc_ids: np.ndarray
-  first_starts: np.ndarray
-
-
-def merge_ranges(struck: Struck) -> Spans:
-  """The union of ``struck``'s ranges per document as disjoint spans (ranges
+def merge_ranges(struck: Spans) -> Spans:
+  """Disjoint spans sorted by (document, start): the union of ``struck``'s ranges per document as disjoint spans (ranges
   that overlap or touch join); each span keeps the first-occurrence
   reference of its earliest range."""
   if len(struck.doc_ids) == 0:
