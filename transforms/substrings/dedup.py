@@ -67,8 +67,13 @@ class StrikeSubstrings(beam.PTransform):
 
   def expand(self, batches):
     t, shards = self._threshold, self._shards
-    blocks = batches | "ToBlocks" >> beam.FlatMap(_to_blocks).with_output_types(
-        Tuple[int, DocBlock])
+    # The blocks go into two joins, three with ``removed``.
+    joins = 2 if self._removed is None else 3
+    blocks = (batches
+              | "ToBlocks" >> beam.FlatMap(_to_blocks, joins)
+              .with_output_types(Tuple[int, DocBlock], **_COUNTED)
+              .with_outputs(metrics.COUNTS, main="blocks"))
+    blocks, block_counts = blocks.blocks, blocks[metrics.COUNTS]
     if self._removed is not None:
       blocks = ({"docs": blocks, "removed": self._removed}
                 | "JoinRemoved" >> JoinByKey(key_by={"removed": block_of})
@@ -98,19 +103,22 @@ class StrikeSubstrings(beam.PTransform):
              .with_output_types(Tuple[int, SpanBatch], **_COUNTED)
              .with_outputs(metrics.COUNTS, main="spans"))
     return {"spans": spans.spans, "blocks": blocks,
-            "counts": (anchors[metrics.COUNTS], found[metrics.COUNTS],
+            "counts": (block_counts, anchors[metrics.COUNTS], found[metrics.COUNTS],
                        spans[metrics.COUNTS])}
 
 
-def _to_blocks(batch: TextBatch):
-  """A text batch's documents as UTF-8 :class:`DocBlock`\\ s, one per block."""
+def _to_blocks(batch: TextBatch, joins: int):
+  """A text batch's documents as UTF-8 :class:`DocBlock`\\ s, one per block,
+  and the bytes the ``joins`` they go into shuffle."""
   ids = np.asarray(batch.ids, dtype=np.int64)
   encoded = [text.encode("utf-8") for text in batch.texts]
   keys = block_of(ids)
   for key in np.unique(keys):
     rows = np.nonzero(keys == key)[0]
     data, starts = kernels.concatenate([encoded[r] for r in rows])
-    yield int(key), DocBlock(ids[rows], starts, data)
+    block = DocBlock(ids[rows], starts, data)
+    yield int(key), block
+    yield metrics.shuffled("substrings_blocks", joins * payload_bytes(block))
 
 
 def _block(pieces) -> DocBlock:
