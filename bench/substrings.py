@@ -14,7 +14,7 @@ boilerplate), each system runs in its own child process pinned to one CPU
   its own separator ``\\xff\\xff`` + 4-byte index (as the tool's loaders
   write them), in ``all`` mode (it strikes every occurrence);
 * ``kernel``: :func:`transforms.kernels.substrings.find_spans` in one
-  process (the sharded computation with one shard);
+  process (the sharded computation, its 64 shards one after the other);
 * ``beam``: ``python -m pipeline --near_dup false --substrings T
   --substrings_strike all`` on FnApiRunner with one worker, with its
   shuffle bytes per input byte from stats.json.
@@ -124,7 +124,7 @@ def kernel_child(path, threshold, out):
     texts = [json.loads(line)["text"].encode("utf-8") for line in f]
   start = time.perf_counter()
   spans = substrings.find_spans(texts, np.arange(len(texts)), threshold,
-                                "all")
+                                "all", shards=64)
   seconds = time.perf_counter() - start
   data, starts = substrings.concatenate(texts)
   marks = np.zeros(len(data) + 1, dtype=np.int32)

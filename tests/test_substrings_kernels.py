@@ -48,7 +48,7 @@ def oracle(texts, threshold, strike):
 
 def kernel_marks(texts, threshold, strike):
   ids = np.arange(len(texts), dtype=np.int64) * 7 + 3
-  spans = sk.find_spans(texts, ids, threshold, strike)
+  spans = sk.find_spans(texts, ids, threshold, strike, shards=1 + len(texts) % 3)
   marks = [np.zeros(len(t), dtype=bool) for t in texts]
   for doc, start, end in zip(spans.doc_ids, spans.starts, spans.ends):
     marks[(int(doc) - 3) // 7][start:end] = True

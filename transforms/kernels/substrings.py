@@ -444,17 +444,20 @@ def narrow_to_code_points(data: np.ndarray, starts,
   return starts, np.maximum(ends, starts)
 
 
-def find_spans(texts, doc_ids, threshold: int,
-               strike: str = "later") -> Spans:
+def find_spans(texts, doc_ids, threshold: int, strike: str = "later",
+               shards: int = 1) -> Spans:
   """The whole computation in one process, as the sharded transform does it
   with one shard: winnow, keep repeated anchor hashes, take their contexts,
-  compare windows, merge (byte ranges, not yet narrowed).
+  compare windows shard by shard (of the anchor hash), merge (byte ranges,
+  not yet narrowed).
 
   Args:
     texts: the documents' bytes, in input order.
     doc_ids: their int64 ids, increasing in input order.
     threshold: T, in bytes.
     strike: ``later`` or ``all``.
+    shards: how many anchor shards to compare one after the other (more:
+      less memory at once).
   """
   k = anchor_length(threshold)
   data, starts = concatenate(texts)
@@ -463,7 +466,12 @@ def find_spans(texts, doc_ids, threshold: int,
   anchors = Anchors(*(column[keep] for column in anchors))
   found = contexts(data, starts, np.asarray(doc_ids, np.int64), anchors,
                    threshold, k)
-  return merge_ranges(repeated_windows(found, threshold, k, strike))
+  shard = found.hashes % np.uint64(shards)
+  parts = [repeated_windows(Contexts(*(column[shard == s] for column in
+                                       found)), threshold, k, strike)
+           for s in range(shards)]
+  return merge_ranges(Spans(*(np.concatenate(columns)
+                              for columns in zip(*parts))))
 
 
 def concatenate(texts) -> Tuple[np.ndarray, np.ndarray]:
