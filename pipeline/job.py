@@ -126,7 +126,8 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   struck_counts = ()
   if substrings.enabled:
     removed = dedup["clusters"] | "RemovedIds" >> beam.FlatMap(
-        lambda c: [c[0]] if not c[1].kept else []).with_output_types(int)
+        lambda c: [c[0]] if not c[1].kept else []).with_output_types(
+            int) if near_dup else None
     struck = read["batches"] | "StrikeSubstrings" >> StrikeSubstrings(
         substrings.threshold, substrings.strike, substrings.shards, removed)
     results["spans"] = struck["spans"]

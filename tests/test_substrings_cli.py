@@ -62,6 +62,8 @@ def test_substrings_alone(tmp_path, strike):
   assert stats["substrings_docs_emptied"] == sum(not w for w in want)
   assert stats["substrings_docs_touched"] == sum(
       w != t for t, w in zip(texts, want))
+  report = (out / "report.html").read_text(encoding="utf-8")
+  assert "exact substrings: bytes struck" in report
   spans = _rows(out / "substrings")
   assert sum(s["length"] for s in spans) == struck
   if strike == "later":
