@@ -124,6 +124,10 @@ def test_exactly_t_bytes_repeated_once_in_one_document():
     want[19:29] = True
     want[3:13] = first
     assert np.array_equal(marks[0], want)
+  # A repeat of T - 1 bytes is not struck.
+  short = b"xyz012345678ABCuvw012345678qrs"
+  for strike in sk.STRIKE_MODES:
+    assert not kernel_marks([short], 10, strike)[0][0].any()
 
 
 def test_match_extended_to_its_maximum():
