@@ -24,7 +24,8 @@ from apache_beam.runners.runner import PipelineState
 
 from pipeline import engines, introspection, job, run_config
 from pipeline.options import (REQUIRED_OPTIONS, DedupOptions,
-                              config_from_options, options_parser,
+                              SubstringsOptions, config_from_options,
+                              substrings_config, options_parser,
                               output_options, unknown_flags)
 from pipeline.preflight import (check_index, check_inputs, dataset_patterns,
                                 same_folder)
@@ -92,6 +93,11 @@ def _main(argv: Optional[List[str]]) -> int:
   try:
     choose_runner(opts)
     config = config_from_options(opts)
+    substrings = substrings_config(opts)
+    near_dup = opts.view_as(SubstringsOptions).near_dup
+    if not near_dup and (opts.index_out or opts.against):
+      raise ConfigError("--near_dup false has no index to write or match:"
+                        " drop --index_out/--against, or keep near-dup on.")
   except (ConfigError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -121,7 +127,8 @@ def _main(argv: Optional[List[str]]) -> int:
                 opts.text_field, opts.id_field, overwrite=opts.overwrite,
                 run_id=run_id, started=started,
                 output_options=output_options(opts), against=index,
-                index_out=opts.index_out, stale_runs=claim.stale)
+                index_out=opts.index_out, stale_runs=claim.stale,
+                substrings=substrings, near_dup=near_dup)
     stopped = PipelineState.is_terminal(p.result.state)
   except Exception as e:  # pylint: disable=broad-except
     if str(e).startswith("KeyboardInterrupt"):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from pipeline import __version__
-from transforms.config import DedupConfig
+from transforms.config import DedupConfig, SubstringsConfig
 from transforms.read import InputFile, ReadDocuments
 from transforms.finalize import FinalizeOutput, staging_path
 from transforms.index import Index, IndexedCorpus, ReadIndex, WriteIndex
@@ -16,15 +16,20 @@ from transforms.kernels.minhash import SKETCH_SCHEMES
 from transforms.kernels.reference_text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
 from transforms.report import REPORT_HTML, REPORT_JSON, WriteReport
+from transforms.select import ClusterInfo
+from transforms.substrings import StrikeSubstrings
+from transforms.substrings.dedup import BYTES_STRUCK, DOCS_EMPTIED, DOCS_TOUCHED
 from transforms.verify import ServeTextsFromFiles
 from transforms.write import (ANNOTATED_DIR, CLUSTERS_DIR, DEDUPED_DIR,
                               REJECTED_DIR, REMOVED_DIR, STATS_FILE,
+                              SUBSTRINGS_DIR,
                               OutputOptions, SumCounts, WriteResults,
                               WriteStats)
 
 # What a run leaves under --output (besides _SUCCESS).
 OUTPUT_NAMES = (DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR, STATS_FILE,
-                REPORT_JSON, REPORT_HTML, ANNOTATED_DIR, REMOVED_DIR)
+                REPORT_JSON, REPORT_HTML, ANNOTATED_DIR, REMOVED_DIR,
+                SUBSTRINGS_DIR)
 
 
 def run_params(config: DedupConfig) -> dict:
@@ -60,7 +65,9 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
           started: Optional[float] = None, against: Optional[Index] = None,
           index_out: Optional[str] = None,
           output_options: OutputOptions = OutputOptions(),
-          stale_runs: Sequence[str] = ()):
+          stale_runs: Sequence[str] = (),
+          substrings: SubstringsConfig = SubstringsConfig(),
+          near_dup: bool = True):
   """Adds the whole job to ``pipeline``; returns the stats PCollection.
 
   ``against`` (an :class:`~transforms.index.Index`): deduplicate the inputs
@@ -69,6 +76,11 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
   ``against``'s, there (see :mod:`transforms.index`).
 
   Everything is written under ``output``'s staging folder for ``run_id``
+  ``substrings``: strike repeated substrings from the documents near-dup
+  keeps (:class:`~transforms.substrings.StrikeSubstrings`); ``near_dup``
+  false skips near-dup (no clusters; not with ``against`` or
+  ``index_out``).
+
   (which the caller has claimed with
   :func:`~transforms.finalize.claim_output`: the last step refuses to
   finalize without the claim) and moved into ``output`` by the job's last step
@@ -101,21 +113,41 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
     indexed_paths = {f.index: f.path for f in against.files}
   # Exact verification reads the candidates back from the input files
   # rather than shuffling every document's text.
-  dedup = read["batches"] | "NearDedup" >> NearDedup(
-      config, ServeTextsFromFiles(served_files, text_field),
-      ServeTextsFromFiles(served_files, text_field, id_field), indexed,
-      batched=True)
-  written = ({"clusters": dedup["clusters"], "rejected": read["rejected"],
-              "files": read["files"]}
+  if near_dup:
+    dedup = read["batches"] | "NearDedup" >> NearDedup(
+        config, ServeTextsFromFiles(served_files, text_field),
+        ServeTextsFromFiles(served_files, text_field, id_field), indexed,
+        batched=True)
+  else:
+    dedup = {"clusters": pipeline | "NoClusters" >> beam.Create(
+        []).with_output_types(Tuple[int, ClusterInfo]), "counts": ()}
+  results = {"clusters": dedup["clusters"], "rejected": read["rejected"],
+             "files": read["files"]}
+  struck_counts = ()
+  if substrings.enabled:
+    removed = dedup["clusters"] | "RemovedIds" >> beam.FlatMap(
+        lambda c: [c[0]] if not c[1].kept else []).with_output_types(
+            int) if near_dup else None
+    struck = read["batches"] | "StrikeSubstrings" >> StrikeSubstrings(
+        substrings.threshold, substrings.strike, substrings.shards, removed)
+    results["spans"] = struck["spans"]
+    struck_counts = (*struck["counts"], pipeline | "SubstringZeros" >> (
+        beam.Create([(BYTES_STRUCK, 0), (DOCS_TOUCHED, 0),
+                     (DOCS_EMPTIED, 0)])))
+  written = (results
              | "WriteResults" >> WriteResults(output, id_field,
                                               output_options,
-                                              indexed=indexed_paths))
+                                              indexed=indexed_paths,
+                                              text_field=text_field))
   # The one Flatten of every step's counts (see transforms.metrics.Count).
-  counts = ((*read["counts"], *dedup["counts"], written)
+  counts = ((*read["counts"], *dedup["counts"], *struck_counts, written)
             | "AllCounts" >> beam.Flatten())
   # Output options only when set, so default runs' stats stay as they were.
   params = dict(effective_params(config, input_format, text_field, id_field),
                 **output_options.non_default())
+  if substrings.enabled:
+    params.update(substrings=substrings.threshold,
+                  substrings_strike=substrings.strike, near_dup=near_dup)
   totals = counts | "SumCounts" >> SumCounts()
   stats = totals | "WriteStats" >> WriteStats(output, params)
   report = ({"stats": stats, "totals": totals, "clusters": dedup["clusters"],

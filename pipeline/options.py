@@ -13,7 +13,8 @@ from typing import List, Sequence
 from apache_beam.options.pipeline_options import (PipelineOptions,
                                                   StandardOptions)
 
-from transforms.config import (KEEP_POLICIES, SHINGLE_UNITS, SKETCHES,
+from transforms.config import (SUBSTRING_STRIKES, SubstringsConfig,
+                               KEEP_POLICIES, SHINGLE_UNITS, SKETCHES,
                                VERIFY_MODES, DedupConfig)
 from transforms.read import FORMATS
 from transforms.write import OUTPUT_COMPRESSIONS, OutputOptions
@@ -251,6 +252,33 @@ def add_detection_arguments(parser, only: Sequence[str] = None) -> None:
                 "Remove a clustered document only if its exact Jaccard to"
                 " the kept one reaches --threshold; the others stay in"
                 " deduped/.")
+
+
+class SubstringsOptions(PipelineOptions):
+  """Options of exact-substring deduplication (README, "Exact substrings")
+  and of turning near-dup off for it."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    group = parser.add_argument_group("exact substrings")
+    add_bool_flag(group, "--near_dup", True,
+                  "Run near-duplicate detection (false: only --substrings).")
+    group.add_argument("--substrings", type=int, default=0, metavar="T",
+                       help="Strike every repeated substring of at least T"
+                       " UTF-8 bytes (0: off; 100 is common).")
+    group.add_argument("--substrings_strike", default="later",
+                       choices=SUBSTRING_STRIKES,
+                       help="later: keep each repeated substring's first"
+                       " occurrence (input order); all: strike every one.")
+    group.add_argument("--substrings_shards", type=int, default=64,
+                       help="Shards of the anchor shuffles.")
+
+
+def substrings_config(options: PipelineOptions) -> SubstringsConfig:
+  """The validated SubstringsConfig for these options (raises ConfigError)."""
+  view = options.view_as(SubstringsOptions)
+  return SubstringsConfig(view.substrings, view.substrings_strike,
+                          view.substrings_shards)
 
 
 REQUIRED_OPTIONS = ("input", "output")

@@ -255,3 +255,34 @@ class StreamConfig:
   def retention_ms(self) -> int:
     """How long after its event time a representative's state is held."""
     return self.dedup_window_ms + self.allowed_lateness_ms
+
+
+SUBSTRING_STRIKES = ("later", "all")
+
+
+@dataclasses.dataclass(frozen=True)
+class SubstringsConfig:
+  """Exact-substring deduplication (:mod:`transforms.substrings`), validated
+  on construction: ``threshold`` T bytes (0: off), ``strike`` ``later``
+  (keep each repeated substring's first occurrence) or ``all``, and the
+  number of anchor ``shards``."""
+
+  threshold: int = 0
+  strike: str = "later"
+  shards: int = 64
+
+  def __post_init__(self):
+    _check(_is_int(self.threshold) and 0 <= self.threshold <= 1 << 20,
+           f"substrings={self.threshold!r}: use a length in bytes from 1 to"
+           " 2**20 (--substrings; 100 is what common tools use), or 0 for"
+           " off.")
+    _check(self.strike in SUBSTRING_STRIKES,
+           f"substrings_strike={self.strike!r}: use one of"
+           f" {SUBSTRING_STRIKES} (--substrings_strike).")
+    _check(_is_int(self.shards) and 1 <= self.shards <= 1 << 20,
+           f"substrings_shards={self.shards!r}: use an integer from 1 to"
+           " 2**20 (--substrings_shards).")
+
+  @property
+  def enabled(self) -> bool:
+    return self.threshold > 0

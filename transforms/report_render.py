@@ -276,9 +276,19 @@ def _parameters(params: dict) -> str:
   return _table(rows)
 
 
+# Exact-substring counts, in runs with --substrings (transforms.substrings).
+_SUBSTRING_ROWS = (
+    ("substrings_bytes_struck", "exact substrings: bytes struck"),
+    ("substrings_docs_touched", "exact substrings: documents touched"),
+    ("substrings_docs_emptied",
+     "exact substrings: documents struck to nothing (not in deduped/)"))
+
+
 def _counts(stats: dict) -> str:
   rows = [f"<tr><td>{_e(label)}</td>{_stat_cell(name, stats.get(name, 0))}"
           "</tr>" for name, label in _COUNT_ROWS]
+  rows += [f"<tr><td>{_e(label)}</td>{_stat_cell(name, stats[name])}</tr>"
+           for name, label in _SUBSTRING_ROWS if name in stats]
   for reason, n in sorted(stats.get("rejected_by_reason", {}).items()):
     rows.append(f"<tr><td>rejected: {_e(reason)}</td>"
                 f"{_stat_cell('rejected_' + reason, n)}</tr>")

@@ -14,14 +14,17 @@ from operator import attrgetter
 from typing import Any, Dict, List, NamedTuple, Tuple
 
 import apache_beam as beam
+import numpy as np
+import orjson
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import annotate, metrics
 from transforms.join import JoinByKey
 from transforms.select import ClusterColumns, cluster_columns, cluster_rows
+from transforms.substrings import SpanBatch, strike_text
 from transforms.stats import finalize_stats
-from transforms.read import (ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
+from transforms.read import (ROW_BITS, ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
                              InputChangedError, check_unchanged,
                              compression_suffix, create_stream,
                              iter_raw_lines, json_field, line_content,
@@ -35,6 +38,8 @@ DEDUPED_DIR, CLUSTERS_DIR, REJECTED_DIR = "deduped", "clusters", "rejected"
 # --annotate writes every document to annotated/ instead of deduped/;
 # --removal_list adds removed/.
 ANNOTATED_DIR, REMOVED_DIR = "annotated", "removed"
+# --substrings writes one row per struck span to substrings/.
+SUBSTRINGS_DIR = "substrings"
 OUTPUT_COMPRESSIONS = ("auto", "none") + tuple(OUTPUT_CODECS)
 
 
@@ -102,15 +107,23 @@ class WriteResults(beam.PTransform):
   """
 
   def __init__(self, output: str, id_field: str = "id",
-               options: OutputOptions = OutputOptions(), indexed=None):
+               options: OutputOptions = OutputOptions(), indexed=None,
+               text_field: str = "text"):
     super().__init__()
     self._output = output
     self._id_field = id_field
     self._options = options
     self._indexed = indexed
+    self._text_field = text_field
 
   def expand(self, inputs):
-    keyed = {
+    struck = {}
+    if "spans" in inputs:
+      # Exact-substring spans (transforms.substrings), by file.
+      struck["spans"] = inputs["spans"] | "KeySpans" >> beam.Map(
+          lambda keyed: (int(keyed[1].doc_ids[0]) >> ROW_BITS, keyed[1])
+      ).with_output_types(Tuple[int, SpanBatch])
+    keyed = {**struck,
         "file": inputs["files"],
         "cluster": inputs["clusters"] | "KeyClusters" >> beam.ParDo(
             _ClustersByFileFn()),
@@ -121,8 +134,10 @@ class WriteResults(beam.PTransform):
                    "file": attrgetter("index"), "rejected": _rejected_file})
                | "WriteFile" >> beam.ParDo(
                    _WriteFileFn(self._output, self._id_field,
-                                self._options, self._indexed)).with_outputs(
-                       metrics.COUNTS))
+                                self._options, self._indexed,
+                                self._text_field),
+                   **({"paths": beam.pvalue.AsList(inputs["files"])}
+                      if struck else {})).with_outputs(metrics.COUNTS))
     return written[metrics.COUNTS]
 
 
@@ -164,6 +179,8 @@ class _Part:
   def __init__(self):
     self.clusters: Dict[int, Any] = {}
     self.rejected: List[Any] = []
+    # Row -> its struck spans (starts, ends, first doc ids, first starts).
+    self.spans: Dict[int, Any] = {}
 
   def last_row(self) -> int:
     return max([-1] + list(self.clusters)
@@ -186,13 +203,16 @@ class _WriteFileFn(metrics.MeteredDoFn):
   STAGE = "writing"
 
   def __init__(self, output: str, id_field: str, options: OutputOptions,
-               indexed=None):
+               indexed=None, text_field: str = "text"):
     self._output = output
     self._id_field = id_field
     self._options = options
     self._indexed = indexed
+    self._text_field = text_field
+    self._paths = {}
 
-  def process(self, element):
+  def process(self, element, paths=()):
+    self._paths = {f.index: f.path for f in paths}
     with self.meter.timed():
       received, totals, reasons = self._write_file(element[1])
     self.meter.done(totals["kept"] + totals["removed"] + totals["rejected"])
@@ -218,6 +238,10 @@ class _WriteFileFn(metrics.MeteredDoFn):
       parts.setdefault(row >> PART_ROW_BITS, _Part()).rejected.append(rejected)
       received += 16 + len(rejected.source) + len(rejected.message) + len(
           rejected.excerpt)
+    for spans in grouped.get("spans", ()):
+      for row, at in zip(*_spans_by_row(spans)):
+        parts.setdefault(row >> PART_ROW_BITS, _Part()).spans[row] = at
+      received += sum(column.nbytes for column in spans)
     received += 32 * sum(len(p.clusters) for p in parts.values())
     if source.format in COLUMNAR_FORMATS:
       chunks = self._table_chunks(source, parts)
@@ -271,31 +295,57 @@ class _WriteFileFn(metrics.MeteredDoFn):
     rows read, rows kept, user ids of clustered rows)`` per part."""
     chunk, sink, user_ids, skipped, clusters = None, None, {}, set(), {}
     annotating = self._options.annotate
-    row = -1
+    row, emptied, part = -1, 0, _Part()
     for row, line in iter_raw_lines(source.path):
       if row >> PART_ROW_BITS != chunk:
         if chunk is not None:
-          yield chunk, row - (chunk << PART_ROW_BITS), sink.close(), user_ids
-        chunk = row >> PART_ROW_BITS
+          yield (chunk, row - (chunk << PART_ROW_BITS),
+                 sink.close() + emptied, user_ids)
+        chunk, emptied = row >> PART_ROW_BITS, 0
         part = parts.get(chunk) or _Part()
         sink = _LineSink(self._deduped_path(source, chunk),
                          self._line_suffix(source))
         user_ids, clusters = {}, part.clusters
         skipped = part.skipped(annotating)
-      if row in clusters:
+      if row in clusters or row in part.spans:
         user_ids[row] = (_json_field(line_content(row, line), self._id_field)
                          if source.format == "jsonl" else None)
+      if row in part.spans and row not in skipped:
+        line = self._struck_line(source, row, line, part.spans[row])
+        if line is None:  # struck to nothing: counted, not written
+          emptied += 1
+          continue
       if row not in skipped:
         sink.add(self._annotated(source, row, line, clusters.get(row))
                  if annotating else line)
     if chunk is not None:
-      yield chunk, row + 1 - (chunk << PART_ROW_BITS), sink.close(), user_ids
+      yield (chunk, row + 1 - (chunk << PART_ROW_BITS),
+             sink.close() + emptied, user_ids)
+
+  def _struck_line(self, source, row, line: bytes, spans):
+    """The line with its text's struck spans removed (the other fields as
+    they were); None if nothing is left of the text."""
+    content = line_content(row, line)
+    if source.format == "jsonl":
+      record = orjson.loads(content)
+      *parents, name = self._text_field.split(".")
+      holder = record
+      for parent in parents:
+        holder = holder[parent]
+      text = strike_text(holder[name], spans[0], spans[1])
+      holder[name] = text
+      out = orjson.dumps(record)
+    else:
+      text = strike_text(content.decode("utf-8"), spans[0], spans[1])
+      out = text.encode("utf-8")
+    if not text:
+      return None
+    return out + (b"\n" if line.endswith(b"\n") else b"")
 
   def _table_chunks(self, source, parts):
     """Like :meth:`_line_chunks`, streaming the Arrow record batches of a
     Parquet or Arrow IPC file (written back in its format and flavour)."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    chunk, sink, user_ids = None, None, {}
+    chunk, sink, user_ids, emptied = None, None, {}, 0
     annotating = self._options.annotate
     with open_batches(source) as (names, batches):
       has_id = self._id_field in names
@@ -304,15 +354,16 @@ class _WriteFileFn(metrics.MeteredDoFn):
         while batch.num_rows:
           if row >> PART_ROW_BITS != chunk:
             if chunk is not None:
-              yield (chunk, row - (chunk << PART_ROW_BITS), sink.close(),
-                     user_ids)
-            chunk = row >> PART_ROW_BITS
+              yield (chunk, row - (chunk << PART_ROW_BITS),
+                     sink.close() + emptied, user_ids)
+            chunk, emptied = row >> PART_ROW_BITS, 0
             part = parts.get(chunk) or _Part()
             sink = self._table_sink(source, chunk)
             user_ids, skipped = {}, part.skipped(annotating)
           take = min(batch.num_rows, ((chunk + 1) << PART_ROW_BITS) - row)
           piece, batch = batch.slice(0, take), batch.slice(take)
-          in_piece = [r for r in part.clusters if row <= r < row + take]
+          in_piece = [r for r in list(part.clusters) + list(part.spans)
+                      if row <= r < row + take]
           if in_piece:
             ids = (piece.column(self._id_field).to_pylist() if has_id
                    else [None] * take)
@@ -324,6 +375,12 @@ class _WriteFileFn(metrics.MeteredDoFn):
                 for r in range(row, row + take)], _id_type(
                     piece.schema, self._id_field))
           drop = [r - row for r in skipped if row <= r < row + take]
+          struck = [r for r in part.spans
+                    if row <= r < row + take and r not in skipped]
+          if struck:
+            piece, gone = self._struck_piece(piece, row, struck, part.spans)
+            emptied += len(gone)
+            drop += gone
           if drop:
             mask = np.ones(take, dtype=bool)
             mask[drop] = False
@@ -331,7 +388,23 @@ class _WriteFileFn(metrics.MeteredDoFn):
           sink.add(piece)
           row += take
       if chunk is not None:
-        yield chunk, row - (chunk << PART_ROW_BITS), sink.close(), user_ids
+        yield (chunk, row - (chunk << PART_ROW_BITS), sink.close() + emptied,
+               user_ids)
+
+  def _struck_piece(self, piece, row, struck, spans):
+    """``piece`` (rows from ``row``) with the struck spans of the rows
+    ``struck`` removed from its text column, and the offsets of the rows
+    struck to nothing."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    column = piece.schema.get_field_index(self._text_field)
+    texts = piece.column(column).to_pylist()
+    gone = []
+    for r in struck:
+      texts[r - row] = strike_text(texts[r - row], *spans[r][:2])
+      if not texts[r - row]:
+        gone.append(r - row)
+    return piece.set_column(column, piece.schema.field(column), pa.array(
+        texts, type=piece.schema.field(column).type)), gone
 
   def _table_sink(self, source, chunk):
     path = self._deduped_path(source, chunk)
@@ -350,12 +423,33 @@ class _WriteFileFn(metrics.MeteredDoFn):
                              part_name(index, chunk, "jsonl")), rows)
     if self._options.removal_list and part.removed():
       self._write_removed(source, chunk, part, user_ids)
+    if part.spans:
+      _write_lines(join_path(self._output, SUBSTRINGS_DIR,
+                             part_name(index, chunk, "jsonl")),
+                   [_json_line(r) for r in self._span_rows(
+                       source, part, user_ids)])
     if part.rejected:
       _write_lines(join_path(self._output, REJECTED_DIR,
                              part_name(index, chunk, "jsonl")),
                    [_json_line(r.row()) for r in
                     sorted(part.rejected, key=lambda r: r.doc_id)])
 
+
+  def _span_rows(self, source, part, user_ids):
+    """``substrings/`` rows: one per struck span, in (row, start) order."""
+    for row, (starts, ends, first_ids, first_starts) in sorted(
+        part.spans.items()):
+      for start, end, first_id, first_start in zip(starts, ends, first_ids,
+                                                   first_starts):
+        first_file, first_row = split_doc_id(int(first_id))
+        yield {"doc_id": make_doc_id(source.index, row),
+               "id": user_ids.get(row), "source": source.path,
+               "position": row + 1, "start": int(start), "end": int(end),
+               "length": int(end - start), "boundary": "narrowed",
+               "first_doc_id": int(first_id),
+               "first_source": self._paths.get(first_file),
+               "first_position": first_row + 1,
+               "first_start": int(first_start)}
 
   def _write_removed(self, source, chunk, part, user_ids):
     """The part's ``removed/`` Parquet file: one row per removed document,
@@ -480,6 +574,16 @@ class _ArrowSink(_ParquetSink):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     return (pa.ipc.new_file(handle, schema) if self._flavour == "file"
             else pa.ipc.new_stream(handle, schema))
+
+
+def _spans_by_row(spans):
+  """``(rows, [(starts, ends, first doc ids, first starts)] per row)`` of a
+  :class:`~transforms.substrings.SpanBatch` (sorted by document)."""
+  rows = split_doc_id(spans.doc_ids)[1]
+  keys, first = np.unique(rows, return_index=True)
+  cut = list(first[1:])
+  return keys.tolist(), list(zip(*(np.split(column, cut) for column in (
+      spans.starts, spans.ends, spans.first_doc_ids, spans.first_starts))))
 
 
 def _json_field(line: bytes, field: str):

@@ -1,0 +1,194 @@
+"""Exact-substring kernels against a suffix-array oracle (pydivsufsort)."""
+
+import lzma
+import json
+import pathlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from pydivsufsort import divsufsort, kasai
+
+from transforms.kernels import substrings as sk
+
+LICENCES = pathlib.Path(__file__).parent / "data" / "licence_corpus.jsonl.xz"
+
+
+def oracle(texts, threshold, strike):
+  """Struck positions per document from a suffix array of the corpus: the
+  documents' bytes (0..255) back to back, each followed by its own
+  separator (256 + its index), so no common prefix crosses a boundary.
+  Suffixes whose LCP with a neighbour is >= T form the classes of equal
+  T-byte windows; ``all`` strikes ``[s, s + T)`` of every member, ``later``
+  of every member but the one earliest in the text."""
+  pieces, where = [], []
+  for d, text in enumerate(texts):
+    pieces.append(np.frombuffer(text, dtype=np.uint8).astype(np.int64))
+    pieces.append(np.array([256 + d], dtype=np.int64))
+    where.extend((d, o) for o in range(len(text) + 1))
+  s = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+  marks = [np.zeros(len(t), dtype=bool) for t in texts]
+  if len(s) == 0:
+    return marks
+  sa = divsufsort(s)
+  lcp = kasai(s, sa)  # lcp[i]: of suffixes sa[i] and sa[i + 1]
+  i = 0
+  while i < len(sa):
+    j = i
+    while j + 1 < len(sa) and lcp[j] >= threshold:
+      j += 1
+    if j > i:
+      members = sorted(int(p) for p in sa[i:j + 1])
+      for p in (members[1:] if strike == "later" else members):
+        d, o = where[p]
+        marks[d][o:o + threshold] = True
+    i = j + 1
+  return marks
+
+
+def kernel_marks(texts, threshold, strike):
+  ids = np.arange(len(texts), dtype=np.int64) * 7 + 3
+  spans = sk.find_spans(texts, ids, threshold, strike, shards=1 + len(texts) % 3)
+  marks = [np.zeros(len(t), dtype=bool) for t in texts]
+  for doc, start, end in zip(spans.doc_ids, spans.starts, spans.ends):
+    marks[(int(doc) - 3) // 7][start:end] = True
+  return marks, spans
+
+
+def check(texts, threshold):
+  for strike in sk.STRIKE_MODES:
+    got, spans = kernel_marks(texts, threshold, strike)
+    want = oracle(texts, threshold, strike)
+    for d, (g, w) in enumerate(zip(got, want)):
+      assert np.array_equal(g, w), (strike, d, np.nonzero(g != w)[0][:10])
+    # Spans are disjoint, ordered and within their documents.
+    assert np.all(spans.starts < spans.ends)
+    lengths = np.array([len(t) for t in texts])
+    if len(spans.doc_ids):
+      assert np.all(spans.ends <= lengths[(spans.doc_ids - 3) // 7])
+
+
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+small_alphabet = st.binary(max_size=120).map(lambda b: bytes(x % 3 for x in b))
+
+
+@SETTINGS
+@given(st.lists(st.binary(max_size=200), max_size=6), st.integers(1, 12))
+def test_arbitrary_bytes(texts, threshold):
+  check(texts, threshold)
+
+
+@SETTINGS
+@given(st.lists(small_alphabet, max_size=6), st.integers(1, 20))
+def test_small_alphabet_many_repeats(texts, threshold):
+  check(texts, threshold)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=5),
+                          st.integers(1, 60), st.binary(max_size=8)),
+                min_size=1, max_size=5), st.integers(2, 30))
+def test_periodic_runs(parts, threshold):
+  """``aaaa...``, ``abab...`` and overlapping repeats within documents."""
+  check([unit * times + tail for unit, times, tail in parts], threshold)
+
+
+@SETTINGS
+@given(st.binary(min_size=1, max_size=40), st.lists(
+    st.tuples(st.binary(max_size=30), st.booleans()), min_size=1,
+    max_size=6), st.integers(1, 40))
+def test_repeats_at_document_ends(shared, docs, threshold):
+  """A shared piece at the start or end of documents, or all of one."""
+  texts = [(shared + own) if at_start else (own + shared)
+           for own, at_start in docs] + [shared]
+  check(texts, threshold)
+
+
+@SETTINGS
+@given(st.text(max_size=60), st.lists(st.text(max_size=40), max_size=5),
+       st.integers(1, 30), st.integers(2, 12))
+def test_unicode_many_copies(shared, others, threshold, copies):
+  texts = [(o + shared + o).encode("utf-8") for o in others]
+  texts += [shared.encode("utf-8")] * copies
+  check(texts, threshold)
+
+
+def test_exactly_t_bytes_repeated_once_in_one_document():
+  """One repeat of exactly T bytes, inside one document: T - 1 finds a
+  longer region, T + 1 none (the off-by-one mutant)."""
+  text = b"xyz0123456789ABCuvw" + b"0123456789" + b"qrs"
+  for strike, first in (("later", False), ("all", True)):
+    marks, _ = kernel_marks([text], 10, strike)
+    want = np.zeros(len(text), dtype=bool)
+    want[19:29] = True
+    want[3:13] = first
+    assert np.array_equal(marks[0], want)
+  # A repeat of T - 1 bytes is not struck.
+  short = b"xyz012345678ABCuvw012345678qrs"
+  for strike in sk.STRIKE_MODES:
+    assert not kernel_marks([short], 10, strike)[0][0].any()
+
+
+def test_match_extended_to_its_maximum():
+  """A long repeat is struck over its whole length, not only near the
+  anchors that found it."""
+  body = bytes(range(40, 240))
+  texts = [b"A" * 7 + body + b"B" * 5, b"C" * 3 + body]
+  marks, spans = kernel_marks(texts, 16, "later")
+  assert not marks[0].any()
+  assert marks[1][3:].all() and not marks[1][:3].any()
+  assert (spans.first_doc_ids.tolist(), spans.first_starts.tolist()) == (
+      [3], [7])
+
+
+def test_hash_collision_never_strikes(monkeypatch):
+  """Windows with equal hashes but different bytes are not repeats: with
+  every hash forced equal, the classes are still the windows' bytes."""
+  text = np.frombuffer(b"abcabdabcxabc", dtype=np.uint8)[None, :]
+  starts = np.arange(11)
+  monkeypatch.setattr(sk, "_window_hashes", lambda text, t, u, r: np.zeros(
+      len(u), dtype=np.uint64))
+  classes = sk._classes(text, 3, np.zeros(11, dtype=np.int64), starts)
+  windows = [bytes(text[0, s:s + 3]) for s in starts]
+  for i in range(11):
+    for j in range(11):
+      assert (classes[i] == classes[j]) == (windows[i] == windows[j])
+
+
+def test_narrow_to_code_points():
+  data = np.frombuffer("aé€b".encode("utf-8"), dtype=np.uint8)  # 1,2,3,1
+  starts, ends = sk.narrow_to_code_points(data, [2, 0, 4], [5, 4, 5])
+  assert starts.tolist() == [3, 0, 6] and ends.tolist() == [3, 3, 6]
+
+
+def test_winnow_covers_every_window():
+  rng = np.random.default_rng(5)
+  data = rng.integers(0, 4, 3000, dtype=np.uint8)
+  starts = np.array([0, 1000, 1001, 3000])
+  for threshold in (1, 5, 40):
+    k = sk.anchor_length(threshold)
+    anchors = sk.winnow(data, starts, threshold, k)
+    for d in range(3):
+      length = starts[d + 1] - starts[d]
+      offs = np.sort(anchors.offsets[anchors.rows == d])
+      assert np.all(offs + k <= length)
+      for s in range(0, length - threshold + 1, 7):
+        assert np.any((offs >= s) & (offs <= s + threshold - k))
+
+
+def licence_texts(limit=None):
+  with lzma.open(LICENCES, "rt", encoding="utf-8") as f:
+    rows = [json.loads(line) for line in f]
+  return [r["text"].encode("utf-8") for r in rows[:limit]]
+
+
+def test_licence_corpus_sample():
+  check(licence_texts(60), 100)
+
+
+@pytest.mark.extended
+def test_licence_corpus():
+  texts = licence_texts()
+  for threshold in (50, 100, 400):
+    check(texts, threshold)

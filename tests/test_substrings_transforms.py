@@ -1,0 +1,79 @@
+"""StrikeSubstrings on TestPipeline equals the suffix-array oracle."""
+
+import numpy as np
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that
+
+from transforms.elements import TextBatch
+from transforms.read import make_doc_id
+from transforms.substrings import StrikeSubstrings, strike_text
+from tests.test_substrings_kernels import licence_texts, oracle
+
+
+def run_strike(texts, threshold, strike, check, batch=7, removed=None,
+               shards=5):
+  """Runs the transform on ``texts`` split into files of ``batch`` rows;
+  ``check(marks, spans)`` asserts on the struck marks per document and
+  the spans (inside the pipeline, as assert_that does)."""
+  ids = [make_doc_id(i // batch, i % batch) for i in range(len(texts))]
+  batches = [TextBatch(np.array(ids[i:i + batch]), texts[i:i + batch])
+             for i in range(0, len(texts), batch)]
+  lengths = [len(t.encode("utf-8")) for t in texts]
+
+  def matcher(got):
+    marks = {d: np.zeros(n, bool) for d, n in zip(ids, lengths)}
+    for _, spans in got:
+      for d, s, e in zip(spans.doc_ids, spans.starts, spans.ends):
+        marks[int(d)][s:e] = True
+    check([marks[d] for d in ids], [spans for _, spans in got])
+
+  with TestPipeline(runner="FnApiRunner") as p:
+    pcoll = p | "Batches" >> beam.Create(batches)
+    gone = p | "Removed" >> beam.Create(removed or [])
+    out = pcoll | StrikeSubstrings(threshold, strike, shards=shards,
+                                   removed=gone if removed else None)
+    assert_that(out["spans"], matcher)
+
+
+def narrowed(text: str, mark: np.ndarray) -> np.ndarray:
+  """The oracle's marks, narrowed to whole code points."""
+  out = mark.copy()
+  at = 0
+  for ch in text:
+    n = len(ch.encode("utf-8"))
+    out[at:at + n] = mark[at:at + n].all()
+    at += n
+  return out
+
+
+def test_matches_oracle_both_modes_unicode():
+  shared = "Ünïcödé boilerplate — repeated ✓ across documents. " * 2
+  texts = (["intro " + shared + " end", "other " + shared, shared,
+            "abcabcabcabcabcabcabcabcabcabc", "", "zz", "unique text here"]
+           + [t.decode("utf-8") for t in licence_texts(12)])
+  for strike in ("later", "all"):
+    want = [narrowed(t, w) for t, w in zip(texts, oracle(
+        [t.encode("utf-8") for t in texts], 20, strike))]
+    assert sum(w.sum() for w in want) > 1000
+
+    def check(got, _, want=want):
+      for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+    run_strike(texts, 20, strike, check)
+
+
+def test_removed_documents_do_not_count():
+  texts = ["the same long sentence of boilerplate here."] * 3 + ["x"]
+
+  def check(got, spans):
+    # Without the removed first copy, the second is the first occurrence.
+    assert not got[0].any() and not got[1].any() and got[2].all()
+    assert [s.first_doc_ids.tolist() for s in spans] == [[make_doc_id(0, 1)]]
+  run_strike(texts, 10, "later", check, batch=2, removed=[make_doc_id(0, 0)])
+
+
+def test_strike_text():
+  text = "aé€b"
+  assert strike_text(text, [1], [6]) == "ab"
+  assert strike_text(text, [], []) == text
