@@ -11,7 +11,14 @@ line. Specs:
   precision/recall against the planted groups (and recall over the planted
   pairs whose exact Jaccard reaches the threshold).
 
-Reading the corpus is not timed. ``rss_before_mb`` is the process's peak RSS
+* ``{"kind": "script", "system", "corpus", "docs", "params", "output"}``: the
+  peer as a user's script on the corpus file
+  (:func:`~bench.systems.dedup_jsonl`): the parent times the whole process
+  (interpreter start, imports, reading, clustering, writing the kept lines);
+  ``seconds`` here is the part inside. Only for the whole corpus
+  (``docs`` its size).
+
+Reading the corpus is not timed (but by the script kind's parent). ``rss_before_mb`` is the process's peak RSS
 after loading it, so the system's own footprint is the difference to the
 peak the parent reads with ``wait4``.
 """
@@ -83,6 +90,8 @@ def _peak_rss_mb() -> float:
 
 
 def run(spec: dict) -> dict:
+  if spec["kind"] == "script":
+    return _script(spec)
   corpus = corpora.read(spec["corpus"])
   texts = corpus.texts[:spec["docs"]]
   groups = [g for g in ([i for i in g if i < len(texts)] for g in corpus.groups)
@@ -114,6 +123,19 @@ def run(spec: dict) -> dict:
     raise ValueError(f"unknown measurement kind {spec['kind']!r}")
   result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
   return result
+
+
+def _script(spec: dict) -> dict:
+  start = time.perf_counter()
+  counts = systems.dedup_jsonl(
+      spec["system"], os.path.join(spec["corpus"], "corpus.jsonl"),
+      spec["output"], spec["params"])
+  if counts["docs"] != spec["docs"]:
+    raise ValueError(f"the script kind reads the whole corpus: {counts['docs']}"
+                     f" documents, not {spec['docs']}")
+  return {"kind": "script", "system": spec["system"],
+          "seconds": time.perf_counter() - start, **counts,
+          "peak_rss_mb": round(_peak_rss_mb(), 1)}
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ py-spy profiles of ours on the end-to-end seed-style corpus (target 12.4,
 The issue 31 run adds ``--e2e-web 100000 --e2e-peers rensa
 --fixed-cost-runs 5 --baseline-tree DIR`` (the phase timing of
 ``bench/fixed_cost.py`` before and after), once pinned and once
-``--unpinned``.
+``--unpinned``; ``--peer-scripts`` also times each peer as a user's script
+on the corpus file (read, cluster, write the kept lines: the whole process,
+as ours is timed).
 
 Every measurement runs in a fresh process pinned to one CPU, so throughput
 is per core and the peak RSS (read with ``wait4``) is per system.
@@ -137,6 +139,10 @@ class Runner:
               "docs": spec["docs"], "error": child["stderr"][-2000:]}
     result = json.loads(child["stdout"].strip().splitlines()[-1])
     result["peak_rss_mb"] = child["peak_rss_mb"]
+    if spec["kind"] == "script":
+      # The whole process, as ours is timed.
+      result["inside_s"], result["seconds"] = (result["seconds"],
+                                               child["wall_s"])
     return result
 
   def pipeline(self, spec: dict, out_dir: str,
@@ -170,6 +176,18 @@ class Runner:
                                     params["ngram"], params["threshold"])
     result.update(read_pipeline_output(out_dir, corpus.groups, strong))
     return result
+
+
+SCRIPT = " script"
+
+
+def run_script(runner: Runner, spec: dict, workdir: str) -> dict:
+  """``spec``'s peer as a user's script on the corpus file
+  (:func:`bench.systems.dedup_jsonl`), as the row of system ``"<peer>
+  script"``."""
+  out = os.path.join(workdir, f"{spec['system']}-script-{spec['docs']}.jsonl")
+  r = runner.measure(dict(spec, kind="script", output=out))
+  return dict(r, system=spec["system"] + SCRIPT)
 
 
 def read_pipeline_output(out_dir: str, groups, strong_pairs) -> dict:
@@ -487,7 +505,8 @@ def markdown(results: dict) -> str:
         f" {_fmt(ratio.get('ours-oph/' + r['system']))} |")
   lines += ["", "End to end (ours: `python -m pipeline`, process start and"
             " output files included; peers: in memory, signatures + LSH +"
-            " union-find):", "",
+            " union-find; `<peer> script`: the peer as a user's script on"
+            " the corpus file, the whole process timed as ours is):", "",
             "| corpus | system | docs | wall s | peak RSS MB | precision |"
             " recall | recall at threshold | ours wall ÷ this |"
             " shuffle B/doc |",
@@ -504,8 +523,9 @@ def markdown(results: dict) -> str:
     ratio = er.get(f"{c}@{r['docs']}", {}).get("ours/" + r["system"])
     lines.append(
         f"| {c} | {r['system']} | {_fmt(r['docs'])} | {_fmt(r['seconds'])}"
-        f" | {_fmt(r.get('peak_rss_mb'), 0)} | {_fmt(r['precision'], 3)} |"
-        f" {_fmt(r['recall'], 3)} | {_fmt(r.get('recall_at_threshold'), 3)} |"
+        f" | {_fmt(r.get('peak_rss_mb'), 0)} |"
+        f" {_fmt(r.get('precision'), 3)} |"
+        f" {_fmt(r.get('recall'), 3)} | {_fmt(r.get('recall_at_threshold'), 3)} |"
         f" {_fmt(ratio)} |"
         f" {_fmt(r.get('shuffle_bytes_per_doc'), 0)} |")
   shuffled = [r for r in results["end_to_end"] + [results["scale"] or {}]
@@ -593,6 +613,11 @@ def parse_args(argv):
   parser.add_argument("--e2e-peers", default=",".join(E2E_PEERS),
                       help="peers run end to end beside ours on the e2e"
                       " corpora, comma-separated")
+  parser.add_argument("--peer-scripts", action="store_true",
+                      help="also run each end-to-end and scale peer as a"
+                      " user's script on the corpus file (read the JSONL,"
+                      " write the kept lines), timed as a whole process like"
+                      " ours")
   parser.add_argument("--unpinned", action="store_true",
                       help="let every measured process use every CPU")
   parser.add_argument("--fixed-cost-runs", type=int, default=0,
@@ -662,6 +687,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         r = (runner.pipeline(spec, os.path.join(workdir, key + "-out"))
              if system == "ours" else runner.measure(spec))
         e2e_rows.append(dict(r, corpus=name))
+        if system != "ours" and args.peer_scripts:
+          e2e_rows.append(dict(run_script(runner, spec, workdir), corpus=name))
     for i in range(1, args.profile_runs + 1):
       print(f"[bench] profile {i} of {args.profile_runs} of ours on"
             f" {sizes['e2e_seed']:,} docs ...", file=sys.stderr, flush=True)
@@ -681,6 +708,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if system:
           scale_peers.append(dict(runner.measure(dict(spec, system=system)),
                                   corpus="seed-style"))
+          if args.peer_scripts:
+            scale_peers.append(dict(run_script(
+                runner, dict(spec, system=system), workdir),
+                corpus="seed-style"))
     runner_rows = compare_runners(runner, args.runners, sizes, e2e_rows,
                                   scale, corpus, results["params"], workdir)
     if args.fixed_cost_runs:

@@ -12,6 +12,8 @@ texts -> duplicate clusters (in memory), with the same K, seed and (b, r).
   ``params=(b, r)``, union-find.
 * ``py-shingles``: only the peers' Python preprocessing below, no
   signatures (signatures only; for information).
+* ``dedup_jsonl``: a peer as its users run it on a file (the JSONL read,
+  the kept lines written), for ``bench/run.py --peer-scripts``.
 * ``seed-numpy``: the method document's from-scratch approach: per-document
   affine hashes ``(a*x + b) mod p`` over the document's shingle hashes in
   numpy, then dict-based banding. Here p = 2^31 - 1 so that the products stay
@@ -190,6 +192,23 @@ def seed_numpy_clusters(texts: Sequence[str], params: dict) -> Dict[int, int]:
 
 CLUSTERERS = {"rensa": rensa_clusters, "datasketch": datasketch_clusters,
               "seed-numpy": seed_numpy_clusters}
+
+
+def dedup_jsonl(system: str, in_path: str, out_path: str,
+                params: dict) -> dict:
+  """A peer as its users run it on a file: read the JSONL (orjson), cluster
+  the texts in memory (:data:`CLUSTERERS`), write the lines of the documents
+  kept (the lowest index of each cluster, every unclustered one) unchanged.
+  ``{"docs", "kept"}``."""
+  import orjson  # pylint: disable=import-outside-toplevel
+  with open(in_path, "rb") as f:
+    lines = f.read().splitlines(keepends=True)
+  texts = [orjson.loads(line)["text"] for line in lines]
+  labels = CLUSTERERS[system](texts, params)
+  kept = [line for i, line in enumerate(lines) if labels.get(i, i) == i]
+  with open(out_path, "wb") as f:
+    f.write(b"".join(kept))
+  return {"docs": len(lines), "kept": len(kept)}
 
 
 def pairs_at_least(texts: Sequence[str], groups: List[List[int]], ngram: int,

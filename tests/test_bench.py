@@ -343,6 +343,37 @@ def test_measurement_child_is_pinned_and_reports_its_rss(tmp_path):
   assert r["recall"] > 0.5
 
 
+def test_a_peer_script_writes_the_lines_it_keeps_and_is_timed_whole(
+    tmp_path, tiny_results):
+  directory = str(tmp_path / "c")
+  corpora.write(corpora.seed_style(300, seed=4), directory)
+  params = run.corpus_params("seed-style", 4)
+  spec = {"kind": "clusters", "system": "rensa", "corpus": directory,
+          "docs": 300, "params": params}
+  r = run.run_script(run.Runner(in_process=False), spec, str(tmp_path))
+  assert "error" not in r, r.get("error")
+  assert r["system"] == "rensa script" and r["docs"] == 300
+  # The parent's wall holds the child's start, imports and reading too.
+  assert r["seconds"] > r["inside_s"] > 0 and r["peak_rss_mb"] > 0
+  with open(f"{directory}/corpus.jsonl", "rb") as f:
+    lines = f.read().splitlines(keepends=True)
+  labels = systems.rensa_clusters(corpora.read(directory).texts, params)
+  removed = {i for i, label in labels.items() if label != i}
+  assert 0 < len(removed) < 300 and r["kept"] == 300 - len(removed)
+  with open(tmp_path / "rensa-script-300.jsonl", "rb") as f:
+    assert f.read() == b"".join(line for i, line in enumerate(lines)
+                                if i not in removed)
+  # A script row has no quality figures; the report still renders it.
+  e2e = tiny_results["end_to_end"] + [dict(r, corpus="seed-style", docs=600)]
+  ours = next(x for x in e2e if x["system"] == "ours")
+  ratios = run.ratios([], e2e)["end_to_end_wall_ours_over_peer"]
+  assert ratios["seed-style@600"]["ours/rensa script"] == (
+      ours["seconds"] / r["seconds"])
+  report = run.markdown(dict(tiny_results, end_to_end=e2e, ratios=dict(
+      tiny_results["ratios"], end_to_end_wall_ours_over_peer=ratios)))
+  assert "| seed-style | rensa script | 600 |" in report
+
+
 def test_pipeline_output_gives_pairs_and_shuffle_bytes_per_document(tmp_path):
   (tmp_path / "clusters").mkdir()
   rows = [{"doc_id": 3, "position": 4, "cluster_id": 3},
