@@ -376,17 +376,11 @@ def evaluate_issue_12(e2e, scale, scale_peers, runner_rows, sizes,
   def add(*args, **kwargs):
     targets.append(_target(*args, **kwargs))
 
-  tiny = _find(runner_rows, runner=DEFAULT_RUNNER, docs=sizes["runners_tiny"])
-  add("12.1", f"a {sizes['runners_tiny']:,}-document run <= 3 s wall"
-      f" ({DEFAULT_RUNNER}, median of {TINY_RUNS} runs)",
-      tiny and round(tiny["seconds"], 2),
-      tiny and tiny["seconds"] <= 3.0, "" if tiny else "not measured")
+  targets.append(_tiny_target("12.1", runner_rows, sizes, 3.0))
   n = sizes["e2e_seed"]
   ours = _find(e2e, corpus="seed-style", system="ours", docs=n)
-  rensa = _find(e2e, corpus="seed-style", system="rensa", docs=n)
-  r = ours["seconds"] / rensa["seconds"] if ours and rensa else None
-  add("12.2", f"{n:,} seed-style docs: ours wall <= 1.5x rensa's",
-      r and round(r, 2), r and r <= 1.5, "" if r else "not measured")
+  targets.append(_rensa_target("12.2", e2e, "seed-style", n, 1.5,
+                               "not measured"))
   big = scale if scale and "seconds" in scale else None
   targets.append(_scale_target("12.3a", big, scale_peers, 0.7, 0.5))
   growth = big["seconds"] / ours["seconds"] if big and ours else None
@@ -418,28 +412,35 @@ def evaluate_issue_31(e2e, scale, scale_peers, runner_rows, sizes
   """The targets of issue 31: a tiny run's wall, ours against rensa at
   e2e_seed documents on both corpora (wall) and at the scale size (wall
   and peak RSS)."""
-  targets = []
-
-  def add(*args, **kwargs):
-    targets.append(_target(*args, **kwargs))
-
-  tiny = _find(runner_rows, runner=DEFAULT_RUNNER, docs=sizes["runners_tiny"])
-  add("31.1", f"a {sizes['runners_tiny']:,}-document run <= 1.5 s wall"
-      f" ({DEFAULT_RUNNER}, median of {TINY_RUNS} runs)",
-      tiny and round(tiny["seconds"], 2),
-      tiny and tiny["seconds"] <= 1.5, "" if tiny else "not measured")
+  targets = [_tiny_target("31.1", runner_rows, sizes, 1.5)]
   for tid, corpus, key in (("31.2", "seed-style", "e2e_seed"),
                            ("31.3", "web-like", "e2e_web")):
-    n = sizes[key]
-    ours = _find(e2e, corpus=corpus, system="ours", docs=n)
-    rensa = _find(e2e, corpus=corpus, system="rensa", docs=n)
-    r = ours["seconds"] / rensa["seconds"] if ours and rensa else None
-    add(tid, f"{n:,} {corpus} docs: ours wall <= 1.0x rensa's",
-        r and round(r, 2), r and r <= 1.0,
-        "" if r else f"needs --{key.replace('_', '-')} and rensa")
+    targets.append(_rensa_target(
+        tid, e2e, corpus, sizes[key], 1.0,
+        f"needs --{key.replace('_', '-')} and rensa"))
   big = scale if scale and "seconds" in scale else None
   targets.append(_scale_target("31.4", big, scale_peers, 0.5, 0.35))
   return targets
+
+
+def _tiny_target(tid, runner_rows, sizes, limit_s) -> dict:
+  """The tiny run's median wall on the default runner, at most ``limit_s``."""
+  tiny = _find(runner_rows, runner=DEFAULT_RUNNER, docs=sizes["runners_tiny"])
+  return _target(tid, f"a {sizes['runners_tiny']:,}-document run <="
+                 f" {limit_s:g} s wall ({DEFAULT_RUNNER}, median of"
+                 f" {TINY_RUNS} runs)", tiny and round(tiny["seconds"], 2),
+                 tiny and tiny["seconds"] <= limit_s,
+                 "" if tiny else "not measured")
+
+
+def _rensa_target(tid, e2e, corpus, n, bound, missing) -> dict:
+  """Ours' wall over rensa's (in memory) on ``n`` documents of ``corpus``,
+  at most ``bound``; ``missing`` is the note when either was not run."""
+  ours = _find(e2e, corpus=corpus, system="ours", docs=n)
+  rensa = _find(e2e, corpus=corpus, system="rensa", docs=n)
+  r = ours["seconds"] / rensa["seconds"] if ours and rensa else None
+  return _target(tid, f"{n:,} {corpus} docs: ours wall <= {bound}x rensa's",
+                 r and round(r, 2), r and r <= bound, "" if r else missing)
 
 
 def _scale_target(tid, big, scale_peers, wall_bound, rss_bound) -> dict:
