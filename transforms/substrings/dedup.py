@@ -17,6 +17,7 @@ import numpy as np
 from transforms import metrics
 from transforms.elements import TextBatch
 from transforms.join import JoinByKey
+from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import substrings as kernels
 from transforms.substrings.elements import (AnchorBatch, ContextBatch,
                                             DocBlock, SpanBatch, block_of,
@@ -177,10 +178,10 @@ class _WinnowFn(beam.DoFn):
 
 
 def _by_shard(shards: np.ndarray):
-  order = np.argsort(shards, kind="stable")
-  keys, first = np.unique(shards[order], return_index=True)
-  for key, rows in zip(keys, np.split(order, first[1:])):
-    yield int(key), rows
+  """``(shard, rows)``: the positions of each shard's rows, in shard order."""
+  for shard, (rows,) in lsh_kernels.split_by_shard(shards,
+                                                   np.arange(len(shards))):
+    yield shard, rows
 
 
 def _keep_repeated(grouped):
