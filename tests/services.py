@@ -244,10 +244,19 @@ class FlinkSessionCluster:
 
   def _new_taskmanager(self) -> Service:
     count = len(self.all_taskmanagers)
+    port, args = self._tm_rpc_port, list(self._tm_args)
+    if count:
+      # A replacement listens on a port of its own: the JobManager's Pekko
+      # holds the killed one's address as a read-only association and
+      # discards every message from it, so a TaskManager reusing that
+      # port never registers (seen in CI: "Discarding inbound message ...
+      # in read-only association", 120 s without registering).
+      port = free_port()
+      args += ["-D", f"taskmanager.rpc.port={port}"]
     service = Service(
         "taskmanager" if count == 0 else f"taskmanager-{count + 1}",
-        self._script("taskmanager.sh", *self._tm_args), self._tm_rpc_port,
-        self.log_dir, env=self._env)
+        self._script("taskmanager.sh", *args), port, self.log_dir,
+        env=self._env)
     self.all_taskmanagers.append(service)
     return service
 
