@@ -1,0 +1,422 @@
+"""Many streaming LSH buckets in one shard of the band-key space.
+
+:func:`transforms.kernels.stream.decide` says what one bucket answers; this
+module holds every bucket of a shard in a few numpy arrays (one row per band
+key, sorted) and a table of the members they reference, so that a runner
+pays its per-element, per-state-cell and per-timer costs once per shard and
+bundle instead of once per band entry.
+
+Each bucket behaves exactly as a bucket keyed by its own band key with its
+own two event-time timers: ``settle`` (decide the waiting entries whose
+event time + settle the watermark passed, in (event time, id) order) and
+``expire`` (drop the representative once the watermark passes its event
+time + retention; the clock alone is kept as long again, then everything).
+Its clock is the latest of its own timers fired. The shard's one runner
+timer is set to the earliest armed bucket timer rounded up to ``tick_ms``;
+when it fires at ``T`` every bucket timer due by ``T`` fires, in time order,
+with its own time. Rounding only delays when a timer fires (by less than a
+tick), as a runner may: what each fired timer decides is the same.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from transforms.kernels import stream as sk
+
+# An unarmed timer or unset settle time (sorts after every time).
+UNSET = np.iinfo(np.int64).max
+# A bucket without a clock (no timer fired yet): never makes an entry late.
+NO_CLOCK = np.iinfo(np.int64).min
+_NO_SHINGLES = np.zeros(0, dtype=np.uint64)
+
+
+class MemberTable(NamedTuple):
+  """Members (documents) by row: ids (UTF-8, row i is
+  ``id_bytes[id_offsets[i]:id_offsets[i + 1]]``), event times, signatures
+  (``uint32[m, K]``) and shingle sets (flat, ``offsets[m + 1]``; empty
+  unless verification is exact)."""
+  id_bytes: bytes
+  id_offsets: np.ndarray
+  event_ms: np.ndarray
+  signatures: np.ndarray
+  shingles: np.ndarray
+  offsets: np.ndarray
+
+  def __len__(self):
+    return len(self.event_ms)
+
+  def doc_id(self, row: int) -> str:
+    return self.id_bytes[self.id_offsets[row]:self.id_offsets[row + 1]].decode(
+        "utf-8")
+
+  @property
+  def nbytes(self) -> int:
+    return len(self.id_bytes) + sum(
+        a.nbytes for a in (self.id_offsets, self.event_ms, self.signatures,
+                           self.shingles, self.offsets))
+
+
+def member_table(ids, event_ms, signatures, shingles) -> MemberTable:
+  """A table of members from their ids, event times, signatures and shingle
+  sets (lists, one per member)."""
+  encoded = [i.encode("utf-8") for i in ids]
+  return MemberTable(b"".join(encoded), _offsets(map(len, encoded), len(ids)),
+                     np.asarray(event_ms, np.int64),
+                     np.asarray(signatures, np.uint32),
+                     np.concatenate(shingles) if any(len(x) for x in shingles)
+                     else _NO_SHINGLES,
+                     _offsets(map(len, shingles), len(ids)))
+
+
+def _offsets(lengths, n: int) -> np.ndarray:
+  offsets = np.zeros(n + 1, np.int64)
+  np.cumsum(np.fromiter(lengths, np.int64, n), out=offsets[1:])
+  return offsets
+
+
+def empty_members(num_perm: int) -> MemberTable:
+  return MemberTable(b"", np.zeros(1, np.int64), np.zeros(0, np.int64),
+                     np.zeros((0, num_perm), np.uint32), _NO_SHINGLES,
+                     np.zeros(1, np.int64))
+
+
+def concat_members(a: MemberTable, b: MemberTable) -> MemberTable:
+  if not len(a):
+    return b
+  if not len(b):
+    return a
+  return MemberTable(
+      a.id_bytes + b.id_bytes,
+      np.concatenate([a.id_offsets, b.id_offsets[1:] + a.id_offsets[-1]]),
+      np.concatenate([a.event_ms, b.event_ms]),
+      np.concatenate([a.signatures, b.signatures]),
+      np.concatenate([a.shingles, b.shingles]),
+      np.concatenate([a.offsets, b.offsets[1:] + a.offsets[-1]]))
+
+
+def _take_ragged(flat, offsets: np.ndarray, rows: np.ndarray):
+  starts, ends = offsets[rows], offsets[rows + 1]
+  new = np.zeros(len(rows) + 1, np.int64)
+  np.cumsum(ends - starts, out=new[1:])
+  parts = [flat[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+  return parts, new
+
+
+def take_members(table: MemberTable, rows: np.ndarray) -> MemberTable:
+  """The members at ``rows`` (in that order)."""
+  rows = np.asarray(rows, dtype=np.int64)
+  ids, id_offsets = _take_ragged(table.id_bytes, table.id_offsets, rows)
+  shingles, offsets = _take_ragged(table.shingles, table.offsets, rows)
+  return MemberTable(b"".join(ids), id_offsets, table.event_ms[rows],
+                     table.signatures[rows],
+                     np.concatenate(shingles) if offsets[-1] else _NO_SHINGLES,
+                     offsets)
+
+
+class ShardState(NamedTuple):
+  """Every bucket of a shard, one row per band key (``keys`` sorted):
+  its representative (a member row, -1 for none), its clock, the earliest
+  settle time of its waiting entries, its two armed timers; and the waiting
+  entries (key, band, member row)."""
+  keys: np.ndarray
+  rep: np.ndarray
+  clock: np.ndarray
+  settle_at: np.ndarray
+  settle_timer: np.ndarray
+  expire_timer: np.ndarray
+  pending_keys: np.ndarray
+  pending_bands: np.ndarray
+  pending_rows: np.ndarray
+
+  @property
+  def nbytes(self) -> int:
+    return sum(a.nbytes for a in self)
+
+
+def empty_state() -> ShardState:
+  u, i = np.zeros(0, np.uint64), np.zeros(0, np.int64)
+  return ShardState(u, i, i, i, i, i, u, i, i)
+
+
+class Params(NamedTuple):
+  """The bucket parameters (see :class:`transforms.config.StreamConfig`)."""
+  event_time: bool
+  settle_ms: int
+  window_ms: int
+  lateness_ms: int
+  retention_ms: int
+  max_pending: int
+  verify: str
+  threshold: float
+  tick_ms: int
+
+
+class _Row(NamedTuple):
+  """A member as :func:`transforms.kernels.stream.decide` reads it."""
+  doc_id: str
+  event_ms: int
+  signature: np.ndarray
+  shingles: np.ndarray
+  row: int
+
+
+# One answer: (doc id, band, kind, judge's id, judge's event time,
+# similarity); a late answer's judge time is the bucket's clock.
+Answer = Tuple[str, int, int, str, int, float]
+
+
+class Shard:
+  """A working copy of one shard for one runner invocation: apply entries
+  (:meth:`add`) or fire the bucket timers due by a time (:meth:`fire`),
+  then read the new state back (:meth:`state`, :meth:`members`) with the
+  answers and counters (``answers``, ``live_delta``, ``pending_delta``,
+  ``early_settles``)."""
+
+  def __init__(self, state: ShardState, members: MemberTable,
+               params: Params):
+    self.p = params
+    self.keys = state.keys
+    self.rep = state.rep.copy()
+    self.clock = state.clock.copy()
+    self.settle_at = state.settle_at.copy()
+    self.settle_timer = state.settle_timer.copy()
+    self.expire_timer = state.expire_timer.copy()
+    self.table = members
+    self.members_changed = False
+    self._rows: Dict[int, _Row] = {}
+    # Waiting entries: those of the buckets this invocation touched as
+    # lists (``pending``), the others as they were read (``_held_*``, the
+    # bucket of each, ascending).
+    self.pending: Dict[int, List[Tuple[int, _Row]]] = {}
+    self._held_at = np.searchsorted(self.keys, state.pending_keys)
+    self._held_bands = state.pending_bands
+    self._held_rows = state.pending_rows
+    self.answers: List[Answer] = []
+    self.live_delta = 0
+    self.pending_delta = 0
+    self.early_settles = 0
+
+  def _member(self, row: int) -> _Row:
+    m = self._rows.get(row)
+    if m is None:
+      t = self.table
+      m = _Row(t.doc_id(row), int(t.event_ms[row]), t.signatures[row],
+               t.shingles[t.offsets[row]:t.offsets[row + 1]], row)
+      self._rows[row] = m
+    return m
+
+  def _waiting(self, b: int) -> List[Tuple[int, _Row]]:
+    """Bucket ``b``'s waiting entries (band, member), in arrival order."""
+    waiting = self.pending.get(b)
+    if waiting is None:
+      lo, hi = np.searchsorted(self._held_at, [b, b + 1]).tolist()
+      waiting = [(band, self._member(row)) for band, row in zip(
+          self._held_bands[lo:hi].tolist(), self._held_rows[lo:hi].tolist())]
+      self.pending[b] = waiting
+    return waiting
+
+  def _rep(self, b: int) -> Optional[_Row]:
+    row = int(self.rep[b])
+    return None if row < 0 else self._member(row)
+
+  def next_timer(self) -> Optional[int]:
+    """When the shard's runner timer is due: the earliest armed bucket
+    timer rounded up to the tick, or None when none is armed."""
+    if not len(self.keys):
+      return None
+    t = min(int(self.settle_timer.min()), int(self.expire_timer.min()))
+    if t == UNSET:
+      return None
+    tick = self.p.tick_ms
+    return -(-t // tick) * tick
+
+  # Entries.
+
+  def add(self, keys: np.ndarray, bands: np.ndarray, rows: np.ndarray,
+          members: MemberTable) -> None:
+    """Applies band entries in order: entry i is band ``bands[i]`` of
+    member ``rows[i]`` of ``members``, for the bucket of ``keys[i]``."""
+    base = len(self.table)
+    self.table = concat_members(self.table, members)
+    self.members_changed = True
+    new = np.setdiff1d(keys, self.keys)
+    if len(new):
+      self._grow(new)
+    at = np.searchsorted(self.keys, keys).tolist()
+    for b, band, row in zip(at, bands.tolist(), (rows + base).tolist()):
+      self._entry(b, band, self._member(row))
+
+  def _grow(self, new: np.ndarray) -> None:
+    n = len(new)
+    keys = np.concatenate([self.keys, new])
+    order = np.argsort(keys, kind="stable")
+    self.keys = keys[order]
+    remap = np.empty(len(order), np.int64)
+    remap[order] = np.arange(len(order))
+    self.pending = {int(remap[b]): v for b, v in self.pending.items()}
+    self._held_at = remap[self._held_at]
+    unset = np.full(n, UNSET, np.int64)
+    self.rep = np.concatenate([self.rep, np.full(n, -1, np.int64)])[order]
+    self.clock = np.concatenate([self.clock, np.full(n, NO_CLOCK,
+                                                     np.int64)])[order]
+    self.settle_at = np.concatenate([self.settle_at, unset])[order]
+    self.settle_timer = np.concatenate([self.settle_timer, unset])[order]
+    self.expire_timer = np.concatenate([self.expire_timer, unset])[order]
+
+  def _entry(self, b: int, band: int, m: _Row) -> None:
+    p = self.p
+    clock = int(self.clock[b])
+    if m.event_ms + p.lateness_ms < clock:
+      self.answers.append((m.doc_id, band, sk.LATE, "", clock, 0.0))
+      return
+    rep = self._rep(b)
+    if p.event_time and sk.needs_order(rep, m, p.window_ms):
+      waiting = self._waiting(b)
+      waiting.append((band, m))
+      self.pending_delta += 1
+      if len(waiting) >= p.max_pending:
+        self.early_settles += 1
+        self._settle(b, None)
+        return
+      due = m.event_ms + p.settle_ms
+      if due < self.settle_at[b]:
+        self.settle_at[b] = due
+        self.settle_timer[b] = due
+      return
+    new_rep, kind, judged_by, similarity = sk.decide(
+        rep, m, p.window_ms, p.verify, p.threshold)
+    self._store(b, rep, new_rep)
+    self._answer(m, band, kind, judged_by, similarity)
+
+  def _answer(self, m, band, kind, judged_by, similarity):
+    self.answers.append((
+        m.doc_id, band, kind, judged_by.doc_id if judged_by else "",
+        judged_by.event_ms if judged_by else 0, float(similarity)))
+
+  def _store(self, b: int, old, new) -> None:
+    """A change of representative; a new one arms the expiry."""
+    if new is old:
+      return
+    if old is not None:
+      self.live_delta -= 1
+    if new is None:
+      self.rep[b] = -1
+      return
+    self.live_delta += 1
+    self.rep[b] = new.row
+    self.expire_timer[b] = new.event_ms + self.p.retention_ms
+
+  def _settle(self, b: int, now: Optional[int]) -> None:
+    """Decides, in order, the waiting entries due at ``now`` (all of them
+    when ``now`` is None) and re-arms ``settle`` for the others."""
+    waiting = self._waiting(b)
+    if not waiting:
+      return
+    p = self.p
+    due, rest = [], []
+    for e in waiting:
+      (due if now is None or e[1].event_ms + p.settle_ms <= now
+       else rest).append(e)
+    if not due:
+      return
+    self.pending_delta -= len(due)
+    self.pending[b] = rest
+    if rest:
+      self.settle_at[b] = min(m.event_ms for _, m in rest) + p.settle_ms
+      self.settle_timer[b] = self.settle_at[b]
+    else:
+      self.settle_at[b] = UNSET
+    bands = {id(m): band for band, m in due}
+    old = self._rep(b)
+    new_rep, decided = sk.decide_in_order(
+        old, [m for _, m in due], p.window_ms, p.verify, p.threshold)
+    self._store(b, old, new_rep)
+    for m, kind, judged_by, similarity in decided:
+      self._answer(m, bands[id(m)], kind, judged_by, similarity)
+
+  # Timers.
+
+  def fire(self, until: int) -> None:
+    """Fires every bucket timer due by ``until``, each bucket's in time
+    order (settle before expire at the same time)."""
+    due = np.flatnonzero((self.settle_timer <= until)
+                         | (self.expire_timer <= until))
+    for b in due.tolist():
+      while True:
+        settle, expire = int(self.settle_timer[b]), int(self.expire_timer[b])
+        if min(settle, expire) > until:
+          break
+        if settle <= expire:
+          self.settle_timer[b] = UNSET
+          self._on_settle(b, settle)
+        else:
+          self.expire_timer[b] = UNSET
+          self._on_expire(b, expire)
+
+  def _advance(self, b: int, now: int) -> None:
+    if now > self.clock[b]:
+      self.clock[b] = now
+
+  def _on_settle(self, b: int, now: int) -> None:
+    self._advance(b, now)
+    self._settle(b, now)
+
+  def _on_expire(self, b: int, now: int) -> None:
+    p = self.p
+    self._advance(b, now)
+    # Entries due by now are decided against the representative first.
+    self._settle(b, now)
+    rep = self._rep(b)
+    if rep is not None and rep.event_ms + p.retention_ms > now:
+      self.expire_timer[b] = rep.event_ms + p.retention_ms
+    elif rep is not None:
+      self._store(b, rep, None)
+      # The clock outlives the representative, to recognise late entries.
+      self.expire_timer[b] = now + p.retention_ms
+    elif not self._waiting(b):
+      self.clock[b] = NO_CLOCK
+      self.settle_at[b] = UNSET
+
+  # Results.
+
+  def state(self) -> ShardState:
+    """The shard's new state: buckets with nothing left are dropped, and
+    so, when members no longer referenced make up a quarter of the table
+    (or it changed anyway), are they (``members_changed`` says so)."""
+    keep = ((self.rep >= 0) | (self.clock != NO_CLOCK)
+            | (self.settle_at != UNSET) | (self.settle_timer != UNSET)
+            | (self.expire_timer != UNSET))
+    touched = np.array(sorted(self.pending), dtype=np.int64)
+    held = ~np.isin(self._held_at, touched)
+    keep[self._held_at[held]] = True
+    keep[[b for b, w in self.pending.items() if w]] = True
+    index = np.flatnonzero(keep)
+    # Waiting entries by bucket, each bucket's in arrival order.
+    fresh = [(b, band, m.row) for b in touched.tolist()
+             for band, m in self.pending[b]]
+    at = np.concatenate([self._held_at[held],
+                         np.array([f[0] for f in fresh], np.int64)])
+    order = np.argsort(at, kind="stable")
+    p_keys = self.keys[at[order]] if len(at) else np.zeros(0, np.uint64)
+    p_bands = np.concatenate([self._held_bands[held], np.array(
+        [f[1] for f in fresh], np.int64)])[order]
+    p_rows = np.concatenate([self._held_rows[held], np.array(
+        [f[2] for f in fresh], np.int64)])[order]
+    rep = self.rep[index]
+    used = np.zeros(len(self.table), bool)
+    used[rep[rep >= 0]] = True
+    used[p_rows] = True
+    dead = len(self.table) - int(np.count_nonzero(used))
+    if dead and (self.members_changed or 4 * dead >= len(self.table)):
+      used = np.flatnonzero(used)
+      self.table = take_members(self.table, used)
+      self.members_changed = True
+      rep = np.where(rep >= 0, np.searchsorted(used, rep), -1)
+      p_rows = np.searchsorted(used, p_rows).astype(np.int64)
+    return ShardState(self.keys[index], rep.astype(np.int64),
+                      self.clock[index], self.settle_at[index],
+                      self.settle_timer[index], self.expire_timer[index],
+                      p_keys, p_bands, p_rows)
