@@ -20,6 +20,7 @@ tick), as a runner may: what each fired timer decides is the same.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -420,3 +421,121 @@ class Shard:
                       self.clock[index], self.settle_at[index],
                       self.settle_timer[index], self.expire_timer[index],
                       p_keys, p_bands, p_rows)
+
+
+# ------------------------------------------------------------ ids seen
+
+
+class SeenState(NamedTuple):
+  """The ids one shard of document ids remembers, sorted by a 64-bit hash
+  of the id (``hashes``; the ids themselves tell collisions apart): each
+  first document's event time, digests of its record and of its text
+  (16 bytes each), and when it is forgotten."""
+  hashes: np.ndarray
+  id_bytes: bytes
+  id_offsets: np.ndarray
+  event_ms: np.ndarray
+  record_digests: np.ndarray
+  text_digests: np.ndarray
+  forget_at: np.ndarray
+
+  @property
+  def nbytes(self) -> int:
+    return len(self.id_bytes) + sum(a.nbytes for a in self[:1] + self[2:])
+
+
+def empty_seen() -> SeenState:
+  i = np.zeros(0, np.int64)
+  d = np.zeros((0, 16), np.uint8)
+  return SeenState(np.zeros(0, np.uint64), b"", np.zeros(1, np.int64), i, d,
+                   d, i)
+
+
+def id_hash(doc_id: str) -> int:
+  return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"),
+                                        digest_size=8).digest(), "little")
+
+
+# What SeenIds.admit says of a document.
+FIRST, REDELIVERY, OTHER_RECORD = 0, 1, 2
+
+
+class SeenIds:
+  """A working copy of one shard of ids seen: :meth:`admit` documents, or
+  :meth:`forget` those whose time passed, then read :meth:`state`."""
+
+  def __init__(self, state: SeenState, retention_ms: int, tick_ms: int):
+    self._state = state
+    self._retention_ms = retention_ms
+    self._tick_ms = tick_ms
+    self._keep = np.ones(len(state.hashes), bool)
+    self._new: Dict[str, Tuple[int, bytes, bytes]] = {}
+
+  def _find(self, doc_id: str) -> Optional[int]:
+    s = self._state
+    h = np.uint64(id_hash(doc_id))
+    lo = int(np.searchsorted(s.hashes, h, side="left"))
+    hi = int(np.searchsorted(s.hashes, h, side="right"))
+    encoded = doc_id.encode("utf-8")
+    for row in range(lo, hi):
+      if s.id_bytes[s.id_offsets[row]:s.id_offsets[row + 1]] == encoded:
+        return row
+    return None
+
+  def admit(self, doc_id: str, event_ms: int, record_digest: bytes,
+            text_digest: bytes) -> Tuple[int, int, bool]:
+    """``(what, first event ms, same text)`` for a document: ``FIRST``
+    (remembered from now on), ``REDELIVERY`` (the same record again) or
+    ``OTHER_RECORD`` (another record under an id already seen)."""
+    first = self._new.get(doc_id)
+    if first is None:
+      row = self._find(doc_id)
+      if row is not None:
+        s = self._state
+        first = (int(s.event_ms[row]), s.record_digests[row].tobytes(),
+                 s.text_digests[row].tobytes())
+    if first is None:
+      self._new[doc_id] = (event_ms, record_digest, text_digest)
+      return FIRST, event_ms, True
+    if first[1] == record_digest:
+      return REDELIVERY, first[0], True
+    return OTHER_RECORD, first[0], first[2] == text_digest
+
+  def forget(self, until: int) -> None:
+    """Forgets the ids whose time (event time + retention) is by
+    ``until``."""
+    self._keep &= self._state.forget_at > until
+
+  def state(self) -> SeenState:
+    s = self._state
+    rows = np.flatnonzero(self._keep)
+    ids, id_offsets = _take_ragged(s.id_bytes, s.id_offsets, rows)
+    new = list(self._new.items())
+    encoded = [doc_id.encode("utf-8") for doc_id, _ in new]
+    hashes = np.concatenate([s.hashes[rows], np.array(
+        [id_hash(doc_id) for doc_id, _ in new], np.uint64)])
+    ms = np.array([v[0] for _, v in new], np.int64)
+    digests = [np.frombuffer(b"".join(v[i] for _, v in new),
+                             np.uint8).reshape(len(new), 16)
+               for i in (1, 2)]
+    id_bytes = b"".join(ids + encoded)
+    lengths = np.concatenate([np.diff(id_offsets),
+                              np.fromiter(map(len, encoded), np.int64,
+                                          len(encoded))])
+    order = np.argsort(hashes, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    ids_sorted, offsets = _take_ragged(
+        id_bytes, np.concatenate([starts, [len(id_bytes)]]), order) if len(
+            order) else ([], np.zeros(1, np.int64))
+    return SeenState(
+        hashes[order], b"".join(ids_sorted), offsets,
+        np.concatenate([s.event_ms[rows], ms])[order],
+        np.concatenate([s.record_digests[rows], digests[0]])[order],
+        np.concatenate([s.text_digests[rows], digests[1]])[order],
+        np.concatenate([s.forget_at[rows], ms + self._retention_ms])[order])
+
+  def next_timer(self, state: SeenState) -> Optional[int]:
+    if not len(state.forget_at):
+      return None
+    t = int(state.forget_at.min())
+    return -(-t // self._tick_ms) * self._tick_ms

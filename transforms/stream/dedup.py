@@ -51,10 +51,11 @@ from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import stream as stream_kernels
 from transforms.kernels import stream_shard as shard_kernels
 from transforms.sign import normalize_options
-from transforms.stream.elements import (REJECTED, Answer, Arrival, Member,
+from transforms.stream.elements import (REJECTED, Answer, Arrival, DocBatch,
+                                        Member,
                                         MemberTableCoder, Progress,
                                         ProgressBatch, ProgressBatchCoder,
-                                        Seen, SeenCoder, ShardEntries,
+                                        SeenStateCoder, ShardEntries,
                                         ShardStateCoder, Signed,
                                         StreamDocument, StreamRejected,
                                         Verdict)
@@ -126,10 +127,35 @@ def check_runner(options) -> None:
         " --streaming adds it).")
 
 
+class _PerBundle(beam.DoFn):
+  """Gathers a bundle's elements per window and emits, from
+  ``finish_bundle``, the keyed elements ``self._group`` makes of them (in
+  timestamp order, as Prism delivers elements), at the earliest timestamp
+  among them: one element per key and bundle, not one per entry (the
+  runner's per-element cost is paid per element)."""
+
+  def start_bundle(self):
+    self._pending = {}
+
+  def process(self, element, timestamp=beam.DoFn.TimestampParam,
+              window=beam.DoFn.WindowParam):
+    self._pending.setdefault(window, []).append((timestamp, element))
+
+  def finish_bundle(self):
+    pending, self._pending = self._pending, {}
+    for window, held in pending.items():
+      held.sort(key=lambda t: t[0])
+      for keyed in self._group([element for _, element in held]):
+        yield WindowedValue(keyed, held[0][0], (window,))
+
+  def _group(self, elements):
+    raise NotImplementedError
+
+
 class Admit(beam.PTransform):
   """Timestamped :class:`StreamDocument` s → the documents to decide (main
   output ``documents``, timestamps kept) and :class:`StreamRejected`
-  (``rejected``), from a stateful DoFn keyed by document id.
+  (``rejected``), from a stateful DoFn keyed by shard of document ids.
 
   The first document under an id passes. The same record again is a
   redelivery: dropped, counted as ``stream_redelivered``. Any other record
@@ -137,7 +163,8 @@ class Admit(beam.PTransform):
   id keys the verdict and the buckets' members, so a second text under it
   would mix two documents' answers. An id is remembered for as long as its
   document can be in a bucket, until the watermark passes its event time +
-  dedup window + allowed lateness; only later can it name a new document.
+  dedup window + allowed lateness (rounded up to the timer tick); only
+  later can it name a new document.
   """
 
   def __init__(self, config: StreamConfig):
@@ -146,10 +173,30 @@ class Admit(beam.PTransform):
 
   def expand(self, docs):
     return (docs
-            | "ById" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(
-                Tuple[str, StreamDocument])
+            | "ById" >> beam.ParDo(_ByIdFn(self._config)).with_output_types(
+                Tuple[int, DocBatch])
             | "FirstById" >> beam.ParDo(_AdmitFn(self._config)).with_outputs(
                 REJECTED, main="documents"))
+
+
+class _ByIdFn(_PerBundle):
+
+  def __init__(self, config: StreamConfig):
+    self._shards = config.key_shards
+
+  def process(self, element, timestamp=beam.DoFn.TimestampParam,
+              window=beam.DoFn.WindowParam):
+    # Each document's own timestamp travels with it.
+    return super().process((element, timestamp.micros), timestamp, window)
+
+  def _group(self, elements):
+    by_shard = {}
+    for doc, micros in elements:
+      by_shard.setdefault(verdict_shard(doc.doc_id, self._shards), []).append(
+          (doc, micros))
+    for shard, held in sorted(by_shard.items()):
+      yield shard, DocBatch(tuple(d for d, _ in held),
+                            np.array([m for _, m in held], np.int64))
 
 
 def _digest(data: bytes) -> bytes:
@@ -157,10 +204,11 @@ def _digest(data: bytes) -> bytes:
 
 
 class _AdmitFn(beam.DoFn):
-  """Remembers the first document of an id as a :class:`Seen` (digests,
-  not the record) until ``forget`` fires."""
+  """Remembers the first document of each id of its shard (digests, not
+  the record) in a :class:`SeenState` cell until its time passes; one
+  ``forget`` timer per shard, rounded up to the tick."""
 
-  SEEN = ReadModifyWriteStateSpec("seen", SeenCoder())
+  SEEN = ReadModifyWriteStateSpec("seen", SeenStateCoder())
   FORGET = TimerSpec("forget", TimeDomain.WATERMARK)
 
   def __init__(self, config: StreamConfig):
@@ -170,33 +218,52 @@ class _AdmitFn(beam.DoFn):
     self._redelivered = metrics.counter(metrics.STREAM_REDELIVERED)
     self._rejected = metrics.counter(metrics.STREAM_REJECTED)
 
-  def process(self, element, timestamp=beam.DoFn.TimestampParam,
+  def _open(self, seen):
+    c = self._config
+    return shard_kernels.SeenIds(seen.read() or shard_kernels.empty_seen(),
+                                 c.retention_ms, c.timer_tick_ms)
+
+  def _close(self, ids, seen, forget):
+    state = ids.state()
+    if len(state.hashes):
+      seen.write(state)
+      forget.set(to_timestamp(ids.next_timer(state)))
+    else:
+      seen.clear()
+      forget.clear()
+
+  def process(self, element, window=beam.DoFn.WindowParam,
               seen=beam.DoFn.StateParam(SEEN),
               forget=beam.DoFn.TimerParam(FORGET)):
-    doc_id, doc = element
-    record = _digest(doc.record)
-    text = _digest(doc.text.encode("utf-8"))
-    first = seen.read()
-    if first is None:
-      ms = event_ms(timestamp)
-      seen.write(Seen(ms, record, text))
-      forget.set(to_timestamp(ms + self._config.retention_ms))
-      yield doc
-      return
-    if first.record_digest == record:
-      self._redelivered.inc()
-      return
-    self._rejected.inc()
-    other = ("another text" if first.text_digest != text
-             else "the same text in another record")
-    yield beam.pvalue.TaggedOutput(REJECTED, StreamRejected(
-        doc_id, f"duplicate_id: id {doc_id!r} was already seen with {other}"
-        f" (event time {first.event_ms} ms); ids must be unique",
-        doc.text[:300]))
+    _, batch = element
+    ids = self._open(seen)
+    for doc, micros in zip(batch.docs, batch.micros.tolist()):
+      what, first_ms, same_text = ids.admit(
+          doc.doc_id, micros // 1000, _digest(doc.record),
+          _digest(doc.text.encode("utf-8")))
+      if what == shard_kernels.FIRST:
+        yield WindowedValue(doc, Timestamp(micros=micros), (window,))
+      elif what == shard_kernels.REDELIVERY:
+        self._redelivered.inc()
+      else:
+        self._rejected.inc()
+        other = ("the same text in another record" if same_text
+                 else "another text")
+        yield beam.pvalue.TaggedOutput(REJECTED, WindowedValue(
+            StreamRejected(
+                doc.doc_id, f"duplicate_id: id {doc.doc_id!r} was already"
+                f" seen with {other} (event time {first_ms} ms); ids must be"
+                " unique", doc.text[:300]),
+            Timestamp(micros=micros), (window,)))
+    self._close(ids, seen, forget)
 
   @on_timer(FORGET)
-  def on_forget(self, seen=beam.DoFn.StateParam(SEEN)):
-    seen.clear()
+  def on_forget(self, fired=beam.DoFn.TimestampParam,
+                seen=beam.DoFn.StateParam(SEEN),
+                forget=beam.DoFn.TimerParam(FORGET)):
+    ids = self._open(seen)
+    ids.forget(event_ms(fired))
+    self._close(ids, seen, forget)
 
 
 class Sign(beam.PTransform):
@@ -269,31 +336,6 @@ class _SignFn(metrics.MeteredDoFn):
       signed = Signed(member, keys[i] if status == "signed" else _NO_KEYS,
                       status, doc.record)
       yield WindowedValue(signed, timestamp, (window,))
-
-
-class _PerBundle(beam.DoFn):
-  """Gathers a bundle's elements per window and emits, from
-  ``finish_bundle``, the keyed elements ``self._group`` makes of them (in
-  timestamp order, as Prism delivers elements), at the earliest timestamp
-  among them: one element per key and bundle, not one per entry (the
-  runner's per-element cost is paid per element)."""
-
-  def start_bundle(self):
-    self._pending = {}
-
-  def process(self, element, timestamp=beam.DoFn.TimestampParam,
-              window=beam.DoFn.WindowParam):
-    self._pending.setdefault(window, []).append((timestamp, element))
-
-  def finish_bundle(self):
-    pending, self._pending = self._pending, {}
-    for window, held in pending.items():
-      held.sort(key=lambda t: t[0])
-      for keyed in self._group([element for _, element in held]):
-        yield WindowedValue(keyed, held[0][0], (window,))
-
-  def _group(self, elements):
-    raise NotImplementedError
 
 
 class BandEntries(beam.PTransform):

@@ -16,7 +16,8 @@ from typing import NamedTuple, Optional, Tuple
 import apache_beam as beam
 import numpy as np
 
-from transforms.kernels.stream_shard import MemberTable, ShardState
+from transforms.kernels.stream_shard import (MemberTable, SeenState,
+                                             ShardState)
 
 _FORMAT = 1
 _I64 = struct.Struct("<q")
@@ -104,6 +105,13 @@ class Progress(NamedTuple):
   late: Optional[Answer] = None
 
 
+class DocBatch(NamedTuple):
+  """Documents of one bundle and window for one shard of document ids,
+  each with its own timestamp (``micros[i]``, in microseconds)."""
+  docs: Tuple[StreamDocument, ...]
+  micros: np.ndarray
+
+
 class ProgressBatch(NamedTuple):
   """Progress of many documents (``items[i]`` is ``ids[i]``'s): one element
   per verdict shard and invocation, and a verdict shard's state."""
@@ -119,15 +127,6 @@ class ShardEntries(NamedTuple):
   bands: np.ndarray
   rows: np.ndarray
   members: MemberTable
-
-
-class Seen(NamedTuple):
-  """What the job remembers of the first document under an id: its event
-  time and digests of its record and of its text, which tell a redelivery
-  (the same record) from another document reusing the id."""
-  event_ms: int
-  record_digest: bytes
-  text_digest: bytes
 
 
 class StreamRejected(NamedTuple):
@@ -412,15 +411,35 @@ class ShardStateCoder(_Coder):
     return ShardState(*(r.view(dtype) for dtype in _SHARD_DTYPES))
 
 
-class SeenCoder(_Coder):
+class DocBatchCoder(_Coder):
 
-  def encode(self, value: Seen) -> bytes:
-    return (_Writer().i64(value.event_ms).blob(value.record_digest)
-            .blob(value.text_digest).done())
+  def encode(self, value: DocBatch) -> bytes:
+    w = _Writer().i64(len(value.docs))
+    for d in value.docs:
+      w.text(d.doc_id).text(d.text).blob(d.record)
+    return w.array(value.micros, "<i8").done()
 
-  def decode(self, encoded: bytes) -> Seen:
-    r = _Reader(encoded, "Seen")
-    return Seen(r.i64(), r.blob(), r.blob())
+  def decode(self, encoded: bytes) -> DocBatch:
+    r = _Reader(encoded, "DocBatch")
+    docs = tuple(StreamDocument(r.text(), r.text(), r.blob())
+                 for _ in range(r.i64()))
+    return DocBatch(docs, r.array("<i8"))
+
+
+class SeenStateCoder(_Coder):
+
+  def encode(self, value: SeenState) -> bytes:
+    return (_Writer().array(value.hashes, "<u8").blob(value.id_bytes)
+            .array(value.id_offsets, "<i8").array(value.event_ms, "<i8")
+            .array(value.record_digests, "u1")
+            .array(value.text_digests, "u1")
+            .array(value.forget_at, "<i8").done())
+
+  def decode(self, encoded: bytes) -> SeenState:
+    r = _Reader(encoded, "SeenState")
+    return SeenState(r.view("<u8"), r.blob(), r.view("<i8"), r.view("<i8"),
+                     r.view("u1").reshape(-1, 16),
+                     r.view("u1").reshape(-1, 16), r.view("<i8"))
 
 
 class StreamRejectedCoder(_Coder):
@@ -441,6 +460,8 @@ for _type, _coder in ((StreamDocument, StreamDocumentCoder),
                       (ProgressBatch, ProgressBatchCoder),
                       (MemberTable, MemberTableCoder),
                       (ShardEntries, ShardEntriesCoder),
-                      (ShardState, ShardStateCoder), (Seen, SeenCoder),
+                      (ShardState, ShardStateCoder),
+                      (DocBatch, DocBatchCoder),
+                      (SeenState, SeenStateCoder),
                       (StreamRejected, StreamRejectedCoder)):
   beam.coders.registry.register_coder(_type, _coder)
