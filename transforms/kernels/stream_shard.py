@@ -195,8 +195,12 @@ class Shard:
     self._held_at = np.searchsorted(self.keys, state.pending_keys)
     self._held_bands = state.pending_bands
     self._held_rows = state.pending_rows
+    # False for held entries decided in bulk (see _fire_simple).
+    self._held_live = np.ones(len(self._held_at), bool)
     self.answers: List[Answer] = []
     self.live_delta = 0
+    # Whether a member may no longer be referenced (see state()).
+    self._dropped = False
     self.pending_delta = 0
     self.early_settles = 0
 
@@ -214,8 +218,9 @@ class Shard:
     waiting = self.pending.get(b)
     if waiting is None:
       lo, hi = np.searchsorted(self._held_at, [b, b + 1]).tolist()
-      waiting = [(band, self._member(row)) for band, row in zip(
-          self._held_bands[lo:hi].tolist(), self._held_rows[lo:hi].tolist())]
+      waiting = [(band, self._member(row)) for band, row, live in zip(
+          self._held_bands[lo:hi].tolist(), self._held_rows[lo:hi].tolist(),
+          self._held_live[lo:hi].tolist()) if live]
       self.pending[b] = waiting
     return waiting
 
@@ -303,6 +308,7 @@ class Shard:
       return
     if old is not None:
       self.live_delta -= 1
+      self._dropped = True
     if new is None:
       self.rep[b] = -1
       return
@@ -331,6 +337,7 @@ class Shard:
     else:
       self.settle_at[b] = UNSET
     bands = {id(m): band for band, m in due}
+    self._dropped = True
     old = self._rep(b)
     new_rep, decided = sk.decide_in_order(
         old, [m for _, m in due], p.window_ms, p.verify, p.threshold)
@@ -343,6 +350,7 @@ class Shard:
   def fire(self, until: int) -> None:
     """Fires every bucket timer due by ``until``, each bucket's in time
     order (settle before expire at the same time)."""
+    self._fire_simple(until)
     due = np.flatnonzero((self.settle_timer <= until)
                          | (self.expire_timer <= until))
     for b in due.tolist():
@@ -356,6 +364,70 @@ class Shard:
         else:
           self.expire_timer[b] = UNSET
           self._on_expire(b, expire)
+
+  def _fire_simple(self, until: int) -> None:
+    """Fires, for all buckets at once, the timers whose effect needs no
+    comparison (what :meth:`_on_settle` and :meth:`_on_expire` do in
+    those cases, applied to whole arrays): a settle of a bucket without a
+    representative whose one waiting entry is due (it becomes the
+    representative), and an expiry of a bucket with nothing waiting. The
+    others are left to the per-bucket loop."""
+    p = self.p
+    untouched = np.ones(len(self.keys), bool)
+    untouched[list(self.pending)] = False
+    while True:
+      live = self._held_at[self._held_live]
+      waiting = np.bincount(live, minlength=len(self.keys))
+      settle, expire = self.settle_timer, self.expire_timer
+      first = untouched & (np.minimum(settle, expire) <= until)
+      settles = first & (settle <= expire) & (waiting == 1) & (self.rep < 0)
+      entry = np.full(len(self.keys), -1, np.int64)
+      at = np.flatnonzero(self._held_live)
+      entry[self._held_at[at]] = at
+      rows = self._held_rows[entry[settles]] if settles.any() else None
+      if rows is not None:
+        ok = self.table.event_ms[rows] + p.settle_ms <= settle[settles]
+        # Expiring within this firing too: left to the loop.
+        ok &= self.table.event_ms[rows] + p.retention_ms > until
+        settles[np.flatnonzero(settles)[~ok]] = False
+      expires = first & (expire < settle) & (waiting == 0)
+      if not settles.any() and not expires.any():
+        return
+      if settles.any():
+        b = np.flatnonzero(settles)
+        held = entry[b]
+        rows = self._held_rows[held]
+        self.clock[b] = np.maximum(self.clock[b], settle[b])
+        self.settle_timer[b] = UNSET
+        self.settle_at[b] = UNSET
+        self._held_live[held] = False
+        self.rep[b] = rows
+        self.expire_timer[b] = self.table.event_ms[rows] + p.retention_ms
+        self.live_delta += len(b)
+        self.pending_delta -= len(b)
+        for row, band in zip(rows.tolist(), self._held_bands[held].tolist()):
+          self.answers.append((self.table.doc_id(row), band, sk.REP, "", 0,
+                               1.0))
+      if expires.any():
+        b = np.flatnonzero(expires)
+        now = expire[b]
+        self.clock[b] = np.maximum(self.clock[b], now)
+        rep = self.rep[b]
+        has = rep >= 0
+        ends = np.zeros(len(b), np.int64)
+        ends[has] = self.table.event_ms[rep[has]] + p.retention_ms
+        holds = has & (ends > now)
+        self.expire_timer[b[holds]] = ends[holds]
+        drops = has & ~holds
+        self.rep[b[drops]] = -1
+        self.live_delta -= int(drops.sum())
+        self._dropped |= bool(drops.any())
+        # The clock outlives the representative, to recognise late entries.
+        self.expire_timer[b[drops]] = now[drops] + p.retention_ms
+        empty = b[~has]
+        self.expire_timer[empty] = UNSET
+        self.clock[empty] = NO_CLOCK
+        self.settle_at[empty] = UNSET
 
   def _advance(self, b: int, now: int) -> None:
     if now > self.clock[b]:
@@ -391,7 +463,7 @@ class Shard:
             | (self.settle_at != UNSET) | (self.settle_timer != UNSET)
             | (self.expire_timer != UNSET))
     touched = np.array(sorted(self.pending), dtype=np.int64)
-    held = ~np.isin(self._held_at, touched)
+    held = ~np.isin(self._held_at, touched) & self._held_live
     keep[self._held_at[held]] = True
     keep[[b for b, w in self.pending.items() if w]] = True
     index = np.flatnonzero(keep)
@@ -406,21 +478,23 @@ class Shard:
         [f[1] for f in fresh], np.int64)])[order]
     p_rows = np.concatenate([self._held_rows[held], np.array(
         [f[2] for f in fresh], np.int64)])[order]
-    rep = self.rep[index]
-    used = np.zeros(len(self.table), bool)
-    used[rep[rep >= 0]] = True
-    used[p_rows] = True
-    dead = len(self.table) - int(np.count_nonzero(used))
-    if dead and (self.members_changed or 4 * dead >= len(self.table)):
-      used = np.flatnonzero(used)
-      self.table = take_members(self.table, used)
-      self.members_changed = True
-      rep = np.where(rep >= 0, np.searchsorted(used, rep), -1)
-      p_rows = np.searchsorted(used, p_rows).astype(np.int64)
-    return ShardState(self.keys[index], rep.astype(np.int64),
-                      self.clock[index], self.settle_at[index],
-                      self.settle_timer[index], self.expire_timer[index],
-                      p_keys, p_bands, p_rows)
+    columns = (self.keys, self.rep, self.clock, self.settle_at,
+               self.settle_timer, self.expire_timer)
+    if len(index) < len(keep):
+      columns = tuple(c[index] for c in columns)
+    rep = columns[1]
+    if self.members_changed or self._dropped:
+      used = np.zeros(len(self.table), bool)
+      used[rep[rep >= 0]] = True
+      used[p_rows] = True
+      dead = len(self.table) - int(np.count_nonzero(used))
+      if dead and (self.members_changed or 4 * dead >= len(self.table)):
+        used = np.flatnonzero(used)
+        self.table = take_members(self.table, used)
+        self.members_changed = True
+        rep = np.where(rep >= 0, np.searchsorted(used, rep), -1)
+        p_rows = np.searchsorted(used, p_rows).astype(np.int64)
+    return ShardState(columns[0], rep, *columns[2:], p_keys, p_bands, p_rows)
 
 
 # ------------------------------------------------------------ ids seen
