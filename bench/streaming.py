@@ -15,7 +15,9 @@ documents (bench/corpora.py, 30% with a planted near-copy):
   of the kept documents, then inserted when it matched none
   (``RMinHashLSH`` / ``MinHashLSH``, same bands and rows).
 
-It prints one JSON object: per system documents/s and verdict counts; for
+It prints one JSON object: per system documents/s (wall time) and per
+CPU second (the process's CPU time: steadier on a shared machine), verdict
+counts; for
 the graphs, shuffle bytes per document (the encoded input of every stateful
 step, counted in a second, untimed run over ``--shuffle_docs`` documents),
 state bytes per kept document in the buckets (the tree's own coders), and
@@ -67,12 +69,13 @@ def shuffle_per_doc(counts: dict, docs: int) -> dict:
   return per
 
 
-def ratios(results: dict) -> dict:
-  """docs/s of ``ours`` over each other system, where both ran."""
-  ours = results.get("ours", {}).get("docs_per_s")
-  return {f"ours/{name}": round(ours / r["docs_per_s"], 2)
+def ratios(results: dict, field: str = "docs_per_s") -> dict:
+  """``field`` (docs/s) of ``ours`` over each other system's, where both
+  ran."""
+  ours = results.get("ours", {}).get(field)
+  return {f"ours/{name}": round(ours / r[field], 2)
           for name, r in results.items()
-          if name != "ours" and ours and r.get("docs_per_s")}
+          if name != "ours" and ours and r.get(field)}
 
 
 # ---------------------------------------------------------------- workers
@@ -155,10 +158,11 @@ def _graph_worker(args) -> dict:
         step = node.full_label.split("/", 1)[-1]
         _ = pcoll | f"Bytes[{step}]" >> beam.ParDo(
             CountBytes(folder, step, coder))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = p.run()
     result.wait_until_finish()
     wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     counts = {}
     for path in glob.glob(os.path.join(folder, "bytes-*")):
       with open(path, encoding="utf-8") as f:
@@ -166,14 +170,15 @@ def _graph_worker(args) -> dict:
       counts[step] = counts.get(step, 0) + n
     verdicts = (read_collected(folder, "verdicts")
                 + read_collected(folder, "late"))
-    return wall, verdicts, counts
+    return (wall, cpu), verdicts, counts
 
-  wall, verdicts, _ = run(len(texts), False)
+  (wall, cpu), verdicts, _ = run(len(texts), False)
   shuffle_docs = min(args.shuffle_docs, len(texts))
   _, _, counts = run(shuffle_docs, True)
   return {
       "docs": len(texts), "wall_s": round(wall, 2),
-      "docs_per_s": round(len(texts) / wall, 1), "verdicts": len(verdicts),
+      "docs_per_s": round(len(texts) / wall, 1), "cpu_s": round(cpu, 2),
+      "docs_per_cpu_s": round(len(texts) / cpu, 1), "verdicts": len(verdicts),
       "distinct_docs_with_verdict": len({v["id"] for v in verdicts}),
       "duplicates": sum(v["verdict"] == "duplicate" for v in verdicts),
       "late": sum(v["verdict"] == "late" for v in verdicts),
@@ -259,7 +264,7 @@ def _online_worker(args) -> dict:
       m = MinHash(num_perm=params["num_perm"], seed=params["seed"])
       m.update_batch([s.encode("utf-8") for s in shingles])
       return m
-  started = time.perf_counter()
+  started, cpu = time.perf_counter(), time.process_time()
   duplicates = 0
   for i, shingles in enumerate(systems.shingle_sets(texts, CONFIG["ngram"])):
     m = sketch(shingles)
@@ -268,8 +273,10 @@ def _online_worker(args) -> dict:
     else:
       lsh.insert(i, m)
   wall = time.perf_counter() - started
+  cpu = time.process_time() - cpu
   return {"docs": len(texts), "wall_s": round(wall, 2),
-          "docs_per_s": round(len(texts) / wall, 1),
+          "docs_per_s": round(len(texts) / wall, 1), "cpu_s": round(cpu, 2),
+          "docs_per_cpu_s": round(len(texts) / cpu, 1),
           "duplicates": duplicates}
 
 
@@ -341,6 +348,7 @@ def main(argv=None):
       "load_average_before": [round(x, 2) for x in load_before],
       "load_average_after": [round(x, 2) for x in os.getloadavg()],
       "results": results, "ratios": ratios(results),
+      "cpu_ratios": ratios(results, "docs_per_cpu_s"),
       "same_verdicts": (len(graphs) == 2 and graphs[0]["verdict_digest"]
                         == graphs[1]["verdict_digest"]) if len(graphs) == 2
       else None}
