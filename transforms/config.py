@@ -214,7 +214,7 @@ class StreamConfig:
   dedup_window_ms: int = 7 * 86_400_000
   allowed_lateness_ms: int = 3_600_000
   max_pending: int = 10_000
-  key_shards: int = 16
+  key_shards: int = 8
 
   def __post_init__(self):
     _check(isinstance(self.dedup, DedupConfig),

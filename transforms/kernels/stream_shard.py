@@ -201,6 +201,8 @@ class Shard:
     self.live_delta = 0
     # Whether a member may no longer be referenced (see state()).
     self._dropped = False
+    # Buckets this invocation changed besides those in ``pending``.
+    self._changed: List[np.ndarray] = []
     self.pending_delta = 0
     self.early_settles = 0
 
@@ -251,8 +253,10 @@ class Shard:
     new = np.setdiff1d(keys, self.keys)
     if len(new):
       self._grow(new)
-    at = np.searchsorted(self.keys, keys).tolist()
-    for b, band, row in zip(at, bands.tolist(), (rows + base).tolist()):
+    at = np.searchsorted(self.keys, keys)
+    self._changed.append(at)
+    for b, band, row in zip(at.tolist(), bands.tolist(),
+                            (rows + base).tolist()):
       self._entry(b, band, self._member(row))
 
   def _grow(self, new: np.ndarray) -> None:
@@ -264,6 +268,7 @@ class Shard:
     remap[order] = np.arange(len(order))
     self.pending = {int(remap[b]): v for b, v in self.pending.items()}
     self._held_at = remap[self._held_at]
+    self._changed = [remap[c] for c in self._changed]
     unset = np.full(n, UNSET, np.int64)
     self.rep = np.concatenate([self.rep, np.full(n, -1, np.int64)])[order]
     self.clock = np.concatenate([self.clock, np.full(n, NO_CLOCK,
@@ -337,7 +342,6 @@ class Shard:
     else:
       self.settle_at[b] = UNSET
     bands = {id(m): band for band, m in due}
-    self._dropped = True
     old = self._rep(b)
     new_rep, decided = sk.decide_in_order(
         old, [m for _, m in due], p.window_ms, p.verify, p.threshold)
@@ -353,6 +357,7 @@ class Shard:
     self._fire_simple(until)
     due = np.flatnonzero((self.settle_timer <= until)
                          | (self.expire_timer <= until))
+    self._changed.append(due)
     for b in due.tolist():
       while True:
         settle, expire = int(self.settle_timer[b]), int(self.expire_timer[b])
@@ -368,49 +373,46 @@ class Shard:
   def _fire_simple(self, until: int) -> None:
     """Fires, for all buckets at once, the timers whose effect needs no
     comparison (what :meth:`_on_settle` and :meth:`_on_expire` do in
-    those cases, applied to whole arrays): a settle of a bucket without a
-    representative whose one waiting entry is due (it becomes the
-    representative), and an expiry of a bucket with nothing waiting. The
-    others are left to the per-bucket loop."""
+    those cases, applied to arrays of buckets): a settle of a bucket
+    without a representative whose one waiting entry is due (it becomes
+    the representative), and an expiry of a bucket with nothing waiting.
+    The others are left to the per-bucket loop."""
     p = self.p
-    untouched = np.ones(len(self.keys), bool)
-    untouched[list(self.pending)] = False
-    while True:
-      live = self._held_at[self._held_live]
-      waiting = np.bincount(live, minlength=len(self.keys))
-      settle, expire = self.settle_timer, self.expire_timer
-      first = untouched & (np.minimum(settle, expire) <= until)
-      settles = first & (settle <= expire) & (waiting == 1) & (self.rep < 0)
-      entry = np.full(len(self.keys), -1, np.int64)
-      at = np.flatnonzero(self._held_live)
-      entry[self._held_at[at]] = at
-      rows = self._held_rows[entry[settles]] if settles.any() else None
-      if rows is not None:
-        ok = self.table.event_ms[rows] + p.settle_ms <= settle[settles]
-        # Expiring within this firing too: left to the loop.
-        ok &= self.table.event_ms[rows] + p.retention_ms > until
-        settles[np.flatnonzero(settles)[~ok]] = False
-      expires = first & (expire < settle) & (waiting == 0)
+    due = np.flatnonzero(np.minimum(self.settle_timer, self.expire_timer)
+                         <= until)
+    if self.pending:
+      due = due[~np.isin(due, list(self.pending))]
+    self._changed.append(due)
+    while len(due):
+      live = np.flatnonzero(self._held_live)
+      live_at = self._held_at[live]
+      lo = np.searchsorted(live_at, due, side="left")
+      waiting = np.searchsorted(live_at, due, side="right") - lo
+      settle, expire = self.settle_timer[due], self.expire_timer[due]
+      settles = (settle <= expire) & (waiting == 1) & (self.rep[due] < 0)
+      held = live[np.minimum(lo, max(len(live) - 1, 0))] if len(live) else lo
+      rows = np.where(settles, self._held_rows[held] if len(live) else 0, 0)
+      ms = self.table.event_ms[rows] if len(self.table) else rows
+      # Its one entry due, and not expiring within this firing too.
+      settles &= (ms + p.settle_ms <= settle) & (ms + p.retention_ms > until)
+      expires = (expire < settle) & (waiting == 0)
       if not settles.any() and not expires.any():
         return
       if settles.any():
-        b = np.flatnonzero(settles)
-        held = entry[b]
-        rows = self._held_rows[held]
-        self.clock[b] = np.maximum(self.clock[b], settle[b])
+        b, held, rows = due[settles], held[settles], rows[settles]
+        self.clock[b] = np.maximum(self.clock[b], settle[settles])
         self.settle_timer[b] = UNSET
         self.settle_at[b] = UNSET
         self._held_live[held] = False
         self.rep[b] = rows
-        self.expire_timer[b] = self.table.event_ms[rows] + p.retention_ms
+        self.expire_timer[b] = ms[settles] + p.retention_ms
         self.live_delta += len(b)
         self.pending_delta -= len(b)
         for row, band in zip(rows.tolist(), self._held_bands[held].tolist()):
           self.answers.append((self.table.doc_id(row), band, sk.REP, "", 0,
                                1.0))
       if expires.any():
-        b = np.flatnonzero(expires)
-        now = expire[b]
+        b, now = due[expires], expire[expires]
         self.clock[b] = np.maximum(self.clock[b], now)
         rep = self.rep[b]
         has = rep >= 0
@@ -428,6 +430,9 @@ class Shard:
         self.expire_timer[empty] = UNSET
         self.clock[empty] = NO_CLOCK
         self.settle_at[empty] = UNSET
+      due = due[settles | expires]
+      due = due[np.minimum(self.settle_timer[due], self.expire_timer[due])
+                <= until]
 
   def _advance(self, b: int, now: int) -> None:
     if now > self.clock[b]:
@@ -459,14 +464,19 @@ class Shard:
     """The shard's new state: buckets with nothing left are dropped, and
     so, when members no longer referenced make up a quarter of the table
     (or it changed anyway), are they (``members_changed`` says so)."""
-    keep = ((self.rep >= 0) | (self.clock != NO_CLOCK)
-            | (self.settle_at != UNSET) | (self.settle_timer != UNSET)
-            | (self.expire_timer != UNSET))
     touched = np.array(sorted(self.pending), dtype=np.int64)
     held = ~np.isin(self._held_at, touched) & self._held_live
-    keep[self._held_at[held]] = True
-    keep[[b for b, w in self.pending.items() if w]] = True
-    index = np.flatnonzero(keep)
+    # Only a bucket changed here can have become empty.
+    changed = np.concatenate(self._changed + [touched])
+    empty = changed[(self.rep[changed] < 0) & (self.clock[changed] == NO_CLOCK)
+                    & (self.settle_at[changed] == UNSET)
+                    & (self.settle_timer[changed] == UNSET)
+                    & (self.expire_timer[changed] == UNSET)]
+    empty = empty[~np.isin(empty, self._held_at[held])]
+    empty = empty[[not self.pending.get(b) for b in empty.tolist()]]
+    keep = np.ones(len(self.keys), bool)
+    keep[empty] = False
+    index = np.flatnonzero(keep) if len(empty) else None
     # Waiting entries by bucket, each bucket's in arrival order.
     fresh = [(b, band, m.row) for b in touched.tolist()
              for band, m in self.pending[b]]
@@ -480,7 +490,7 @@ class Shard:
         [f[2] for f in fresh], np.int64)])[order]
     columns = (self.keys, self.rep, self.clock, self.settle_at,
                self.settle_timer, self.expire_timer)
-    if len(index) < len(keep):
+    if index is not None:
       columns = tuple(c[index] for c in columns)
     rep = columns[1]
     if self.members_changed or self._dropped:

@@ -163,7 +163,7 @@ class Admit(beam.PTransform):
   id keys the verdict and the buckets' members, so a second text under it
   would mix two documents' answers. An id is remembered for as long as its
   document can be in a bucket, until the watermark passes its event time +
-  dedup window + allowed lateness (rounded up to the timer tick); only
+  dedup window + allowed lateness (rounded up to a 64th of that); only
   later can it name a new document.
   """
 
@@ -220,8 +220,11 @@ class _AdmitFn(beam.DoFn):
 
   def _open(self, seen):
     c = self._config
+    # Forgetting is garbage collection: a coarse tick (an id is remembered
+    # up to 1/64 of the retention longer) fires rarely.
     return shard_kernels.SeenIds(seen.read() or shard_kernels.empty_seen(),
-                                 c.retention_ms, c.timer_tick_ms)
+                                 c.retention_ms,
+                                 max(c.timer_tick_ms, c.retention_ms // 64))
 
   def _close(self, ids, seen, forget):
     state = ids.state()

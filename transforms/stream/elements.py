@@ -159,7 +159,12 @@ class _Writer:
     return self.blob(value.encode("utf-8"))
 
   def array(self, values: np.ndarray, dtype: str) -> "_Writer":
-    return self.blob(np.ascontiguousarray(values, dtype=dtype).tobytes())
+    # The array's own buffer, copied once, by done().
+    values = np.ascontiguousarray(values, dtype=dtype)
+    self.parts.append(_U32.pack(values.nbytes))
+    if values.nbytes:
+      self.parts.append(values.reshape(-1).data.cast("B"))
+    return self
 
   def done(self) -> bytes:
     return b"".join(self.parts)
