@@ -11,6 +11,11 @@ documents (bench/corpora.py, 30% with a planted near-copy):
   runner) or Prism; wall time of the whole run, pipeline start included.
 * ``ours-before``: the same graph from ``--baseline-tree`` (a worktree of an
   earlier commit), with the same invocation.
+* ``cli`` / ``cli-before``: ``python -m pipeline --streaming`` of this tree
+  and of the baseline tree on a JSONL file of the same documents (event
+  times 10 ms apart from a field; the default local runner), ``main()``'s
+  wall time (pipeline construction included; a file's watermark jumps to
+  the end at once, so every timer fires in one flush).
 * ``rensa`` / ``datasketch``: each document signed, queried against an LSH
   of the kept documents, then inserted when it matched none
   (``RMinHashLSH`` / ``MinHashLSH``, same bands and rows).
@@ -39,6 +44,7 @@ import uuid
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 GRAPHS = ("ours", "ours-before")
+CLIS = ("cli", "cli-before")
 ONLINE = ("rensa", "datasketch")
 CONFIG = dict(ngram=3, num_perm=128, bands=32, rows=4, threshold=0.4)
 
@@ -238,6 +244,38 @@ def bucket_state_bytes(texts, config) -> dict:
           "bucket_bytes_per_kept_doc": round(total / len(kept), 1)}
 
 
+def _cli_worker(args) -> dict:
+  """The streaming CLI of the tree on sys.path[0], as a user runs it on a
+  file (the default local runner; event times 10 ms apart from a field):
+  its wall time, from main() called to returned."""
+  # pylint: disable=import-outside-toplevel
+  texts = _corpus(args.docs).texts
+  from pipeline.cli import main as cli_main
+  folder = tempfile.mkdtemp()
+  path = os.path.join(folder, "docs.jsonl")
+  with open(path, "w", encoding="utf-8") as f:
+    for i, text in enumerate(texts):
+      f.write(json.dumps({"id": f"{i:08d}", "text": text,
+                          "ts": 1 + i / 100}) + "\n")
+  started, cpu = time.perf_counter(), time.process_time()
+  code = cli_main([
+      "--streaming", "--input", path, "--output", os.path.join(folder, "out"),
+      "--event_time_field", "ts", "--ngram", "3", "--bands", "32", "--rows",
+      "4", "--threshold", "0.4", "--verify", args.verify, "--mode",
+      args.mode, "--settle", "1s", "--allowed_lateness", "1h"])
+  wall = time.perf_counter() - started
+  cpu = time.process_time() - cpu
+  verdicts = []
+  for name in glob.glob(os.path.join(folder, "out", "verdicts", "*.jsonl")):
+    with open(name, encoding="utf-8") as f:
+      verdicts += [json.loads(line) for line in f]
+  return {"docs": len(texts), "exit_code": code, "wall_s": round(wall, 2),
+          "docs_per_s": round(len(texts) / wall, 1), "cpu_s": round(cpu, 2),
+          "docs_per_cpu_s": round(len(texts) / cpu, 1),
+          "verdicts": len(verdicts),
+          "duplicates": sum(v["verdict"] == "duplicate" for v in verdicts)}
+
+
 def _online_worker(args) -> dict:
   """Each document signed, queried against the kept ones, inserted when it
   matched none."""
@@ -284,8 +322,10 @@ def _online_worker(args) -> dict:
 
 
 def _run_worker(args, system: str, tree: str, cpu) -> dict:
+  worker = ("graph" if system in GRAPHS else "cli" if system in CLIS
+            else system)
   command = [sys.executable, os.path.abspath(__file__), "--worker",
-             "graph" if system in GRAPHS else system, "--tree", tree,
+             worker, "--tree", tree,
              "--docs", str(args.docs), "--runner", args.runner, "--mode",
              args.mode, "--verify", args.verify, "--batch", str(args.batch),
              "--shuffle_docs", str(args.shuffle_docs), "--state_docs",
@@ -318,7 +358,7 @@ def main(argv=None):
   parser.add_argument("--baseline-tree", dest="baseline_tree",
                       help="worktree of the commit to compare with"
                       " (ours-before)")
-  parser.add_argument("--systems", default=",".join(GRAPHS + ONLINE))
+  parser.add_argument("--systems", default=",".join(GRAPHS + CLIS + ONLINE))
   parser.add_argument("--unpinned", action="store_true",
                       help="do not pin each system to one CPU")
   parser.add_argument("--out", help="also write the JSON here")
@@ -327,17 +367,18 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.worker:
     sys.path.insert(0, os.path.abspath(args.tree))
-    out = (_graph_worker(args) if args.worker == "graph"
-           else _online_worker(args))
+    out = {"graph": _graph_worker, "cli": _cli_worker}.get(
+        args.worker, _online_worker)(args)
     print(json.dumps(out))
     return
   here = os.path.dirname(_HERE)
   cpu = None if args.unpinned else max(os.sched_getaffinity(0))
-  trees = {"ours": here, "ours-before": args.baseline_tree}
+  trees = {"ours": here, "ours-before": args.baseline_tree, "cli": here,
+           "cli-before": args.baseline_tree}
   results = {}
   load_before = os.getloadavg()
   for system in args.systems.split(","):
-    if system == "ours-before" and not args.baseline_tree:
+    if system.endswith("-before") and not args.baseline_tree:
       continue
     results[system] = _run_worker(args, system, trees.get(system, here), cpu)
   graphs = [results[g] for g in GRAPHS if "verdict_digest" in results.get(
