@@ -1,94 +1,118 @@
-"""Throughput, verdict latency and state bytes of the streaming path.
+"""Throughput, shuffle bytes and state bytes of the streaming path, against
+the single-process online baselines, in one invocation.
 
-Runs DeduplicateStream on a TestStream of seed-style documents (30% with a
-planted near-copy) on the BundleBasedDirectRunner or Prism, and prints one
-JSON line: documents/s (wall time of the whole run, pipeline start
-included), verdict counts, the verdict latency distribution (Prism; the
-DirectRunner reports only its first bundle's metrics) and the encoded state
-bytes per kept document, computed with the job's own coders.
+Each system runs in its own process pinned to one CPU (the last of this
+process's affinity, as bench/run.py pins), over the same seed-style
+documents (bench/corpora.py, 30% with a planted near-copy):
 
-  python bench/streaming.py --runner direct --docs 2000
-  python bench/streaming.py --runner prism --docs 1000 --verify exact
+* ``ours``: DeduplicateStream of this tree on a TestStream (``--batch``
+  documents per step, the watermark advanced after each, 10 ms of event time
+  apart) on the BundleBasedDirectRunner (the streaming CLI's default local
+  runner) or Prism; wall time of the whole run, pipeline start included.
+* ``ours-before``: the same graph from ``--baseline-tree`` (a worktree of an
+  earlier commit), with the same invocation.
+* ``cli`` / ``cli-before``: ``python -m pipeline --streaming`` of this tree
+  and of the baseline tree on a JSONL file of the same documents (event
+  times 10 ms apart from a field; the default local runner), ``main()``'s
+  wall time (pipeline construction included; a file's watermark jumps to
+  the end at once, so every timer fires in one flush).
+* ``rensa`` / ``datasketch``: each document signed, queried against an LSH
+  of the kept documents, then inserted when it matched none
+  (``RMinHashLSH`` / ``MinHashLSH``, same bands and rows).
+
+It prints one JSON object: per system documents/s (wall time) and per
+CPU second (the process's CPU time: steadier on a shared machine), verdict
+counts; for
+the graphs, shuffle bytes per document (the encoded input of every stateful
+step, counted in a second, untimed run over ``--shuffle_docs`` documents),
+state bytes per kept document in the buckets (the tree's own coders), and
+whether both graphs gave the same verdicts.
+
+  python bench/streaming.py --docs 5000 --baseline-tree /tmp/base29
 """
 
 import argparse
+import glob
+import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-
-# pylint: disable=wrong-import-position
-import apache_beam as beam
-import numpy as np
-from apache_beam.options.pipeline_options import PipelineOptions
-
-from pipeline.engines import find_prism, missing_prism_reason
-from tests.corpus import seed_corpus
-from tests.stream_harness import Collect, make_test_stream, read_collected
-from transforms.config import DedupConfig, StreamConfig
-from transforms.kernels import compiled_signature as signature, minhash
-from transforms.stream.dedup import PRISM_NO_SPLIT, DeduplicateStream
-from transforms.stream.elements import (Arrival, ArrivalCoder, BucketState,
-                                        BucketStateCoder, Member, MemberCoder,
-                                        Progress, ProgressCoder)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+GRAPHS = ("ours", "ours-before")
+CLIS = ("cli", "cli-before")
+ONLINE = ("rensa", "datasketch")
+CONFIG = dict(ngram=3, num_perm=128, bands=32, rows=4, threshold=0.4)
 
 
-def state_bytes_per_kept(texts, config: DedupConfig, id_chars: int):
-  """Encoded bytes a kept document leaves in Buckets (a bucket's cell with
-  its representative and clock, plus the 8-byte key, per band) and, until
-  its lateness passes, in Verdicts (the done cell)."""
-  a, b = minhash.permutations(config.num_perm, config.seed)
-  sigs, _ = signature.signature_batch(texts, unit=config.shingle_unit,
-                                      ngram=config.ngram, seed=config.seed,
-                                      a=a, b=b)
-  shingle_counts = [0] * len(texts)
-  if config.verify == "exact":
-    _, offsets = signature.shingle_sets(texts, unit=config.shingle_unit,
-                                        ngram=config.ngram, seed=config.seed)
-    shingle_counts = (offsets[1:] - offsets[:-1]).tolist()
-  members = [Member("x" * id_chars, 0, sigs[i],
-                    np.zeros(shingle_counts[i], np.uint64))
-             for i in range(len(texts))]
-  rep = np.mean([len(MemberCoder().encode(m)) for m in members])
-  cell = np.mean([len(BucketStateCoder().encode(BucketState(m, clock=0)))
-                  for m in members])
-  return {"representative_bytes": round(float(rep), 1),
-          "bucket_bytes_per_kept_doc": round(float(config.bands * (cell + 8)),
-                                             1),
-          "verdict_done_bytes": len(ProgressCoder().encode(
-              Progress(done=True))),
-          "arrival_bytes_example": len(ArrivalCoder().encode(
-              Arrival(0, config.bands, "signed", texts[0].encode(), 0)))}
+def events_of(texts, batch: int):
+  """TestStream events: ``batch`` documents per step (ids ``%08d``, event
+  times 10 ms apart), the watermark advanced past each step."""
+  events = []
+  for start in range(0, len(texts), batch):
+    stop = min(start + batch, len(texts))
+    events.append(("add", [(f"{i:08d}", texts[i], 1000 + 10 * i)
+                           for i in range(start, stop)]))
+    events.append(("wm", 1000 + 10 * stop))
+  return events
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--runner", choices=("direct", "prism"),
-                      default="direct")
-  parser.add_argument("--docs", type=int, default=2000)
-  parser.add_argument("--mode", choices=("arrival", "event_time"),
-                      default="event_time")
-  parser.add_argument("--verify", choices=("signature", "exact"),
-                      default="signature")
-  parser.add_argument("--batch", type=int, default=500,
-                      help="documents per TestStream step")
-  args = parser.parse_args()
-  texts, truth = seed_corpus(n_base=int(args.docs / 1.3) + 1, seed=1)
-  texts = texts[:args.docs]
-  config = DedupConfig(ngram=3, num_perm=128, bands=32, rows=4,
-                       threshold=0.4, verify=args.verify)
+def verdict_digest(verdicts) -> str:
+  """Order-free digest of (id, verdict, duplicate of) of every verdict."""
+  rows = sorted(f"{v['id']}\t{v['verdict']}\t{v['of']}" for v in verdicts)
+  return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
+
+
+def shuffle_per_doc(counts: dict, docs: int) -> dict:
+  """Bytes per document of each stateful step's input, and their total."""
+  per = {step: round(total / docs, 1) for step, total in sorted(
+      counts.items())}
+  per["total"] = round(sum(counts.values()) / docs, 1)
+  return per
+
+
+def ratios(results: dict, field: str = "docs_per_s") -> dict:
+  """``field`` (docs/s) of ``ours`` over each other system's, where both
+  ran."""
+  ours = results.get("ours", {}).get(field)
+  return {f"ours/{name}": round(ours / r[field], 2)
+          for name, r in results.items()
+          if name != "ours" and ours and r.get(field)}
+
+
+# ---------------------------------------------------------------- workers
+
+
+def _corpus(docs: int):
+  sys.path.insert(0, os.path.dirname(_HERE))
+  from bench import corpora  # pylint: disable=import-outside-toplevel
+  corpus = corpora.seed_style(docs, seed=1)
+  sys.path.pop(0)
+  return corpus
+
+
+def _graph_worker(args) -> dict:
+  """Runs the graph of the tree on sys.path[0] (see main)."""
+  # pylint: disable=import-outside-toplevel
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+  from apache_beam.transforms import userstate
+
+  from pipeline import introspection
+  from pipeline.engines import find_prism, missing_prism_reason
+  from tests.stream_harness import Collect, make_test_stream, read_collected
+  from transforms.config import DedupConfig, StreamConfig
+  from transforms.stream.dedup import PRISM_NO_SPLIT, DeduplicateStream
+
+  texts = _corpus(args.docs).texts
+  config = DedupConfig(verify=args.verify, **CONFIG)
   stream = StreamConfig(config, mode=args.mode, settle_ms=1000,
                         dedup_window_ms=10**9, allowed_lateness_ms=10**6)
-  events = []
-  for start in range(0, len(texts), args.batch):
-    events.append(("add", [(f"{i:08d}", texts[i], 1000 + 10 * i)
-                           for i in range(start, min(start + args.batch,
-                                                     len(texts)))]))
-    events.append(("wm", 1000 + 10 * (start + args.batch)))
+  introspection.memoize_introspection()  # as the CLI does
   if args.runner == "prism":
     if find_prism() is None:
       sys.exit(missing_prism_reason())
@@ -96,33 +120,284 @@ def main():
                f"--experiments={PRISM_NO_SPLIT}"]
   else:
     options = ["--runner", "BundleBasedDirectRunner"]
-  folder = tempfile.mkdtemp()
-  p = beam.Pipeline(options=PipelineOptions(options + ["--streaming"]))
-  out = p | make_test_stream(events) | DeduplicateStream(stream)
-  _ = out["verdicts"] | beam.ParDo(Collect(folder, "verdicts"))
-  started = time.perf_counter()
-  result = p.run()
-  result.wait_until_finish()
-  wall = time.perf_counter() - started
-  verdicts = read_collected(folder, "verdicts")
-  latency = None
-  for d in result.metrics().query()["distributions"]:
-    if d.key.metric.name == "stream_verdict_latency_ms":
-      v = d.committed or d.attempted
-      if v and v.count:
-        latency = {"count": v.count, "mean_ms": round(v.sum / v.count, 1),
-                   "min_ms": v.min, "max_ms": v.max}
-  print(json.dumps({
-      "runner": args.runner, "mode": args.mode, "verify": args.verify,
+
+  class CountBytes(beam.DoFn):
+    """Encoded bytes of a PCollection's elements, one file per bundle."""
+
+    def __init__(self, folder, step, coder):
+      self._folder, self._step, self._coder = folder, step, coder
+
+    def start_bundle(self):
+      self._bytes = 0
+
+    def process(self, element):
+      self._bytes += len(self._coder.encode(element))
+
+    def finish_bundle(self):
+      with open(os.path.join(self._folder, f"bytes-{uuid.uuid4().hex}"), "w",
+                encoding="utf-8") as f:
+        json.dump([self._step, self._bytes], f)
+
+  def run(docs, count_shuffle):
+    folder = tempfile.mkdtemp()
+    p = beam.Pipeline(options=PipelineOptions(options + ["--streaming"]))
+    out = p | make_test_stream(events_of(texts[:docs], args.batch)) | (
+        DeduplicateStream(stream))
+    _ = out["verdicts"] | "CollectVerdicts" >> beam.ParDo(
+        Collect(folder, "verdicts"))
+    _ = out["late"] | "CollectLate" >> beam.ParDo(Collect(folder, "late"))
+    if count_shuffle:
+      stateful = []
+
+      class Visitor(beam.pipeline.PipelineVisitor):
+
+        def visit_transform(self, node):
+          dofn = getattr(node.transform, "dofn", None)
+          if dofn is not None and userstate.is_stateful_dofn(dofn):
+            stateful.append(node)
+
+      p.visit(Visitor())
+      for node in stateful:
+        pcoll = node.main_inputs[None] if None in node.main_inputs else list(
+            node.main_inputs.values())[0]
+        coder = beam.coders.registry.get_coder(pcoll.element_type)
+        step = node.full_label.split("/", 1)[-1]
+        _ = pcoll | f"Bytes[{step}]" >> beam.ParDo(
+            CountBytes(folder, step, coder))
+    started, cpu = time.perf_counter(), time.process_time()
+    result = p.run()
+    result.wait_until_finish()
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    counts = {}
+    for path in glob.glob(os.path.join(folder, "bytes-*")):
+      with open(path, encoding="utf-8") as f:
+        step, n = json.load(f)
+      counts[step] = counts.get(step, 0) + n
+    verdicts = (read_collected(folder, "verdicts")
+                + read_collected(folder, "late"))
+    return (wall, cpu), verdicts, counts
+
+  (wall, cpu), verdicts, _ = run(len(texts), False)
+  shuffle_docs = min(args.shuffle_docs, len(texts))
+  _, _, counts = run(shuffle_docs, True)
+  return {
       "docs": len(texts), "wall_s": round(wall, 2),
-      "docs_per_s": round(len(texts) / wall, 1),
-      "verdicts": len(verdicts),
+      "docs_per_s": round(len(texts) / wall, 1), "cpu_s": round(cpu, 2),
+      "docs_per_cpu_s": round(len(texts) / cpu, 1), "verdicts": len(verdicts),
       "distinct_docs_with_verdict": len({v["id"] for v in verdicts}),
       "duplicates": sum(v["verdict"] == "duplicate" for v in verdicts),
-      "planted_pairs": sum(1 for a, b in truth if b < len(texts)),
-      "verdict_latency": latency,
-      "load_average": os.getloadavg()[0],
-      **state_bytes_per_kept(texts[:500], config, 8)}))
+      "late": sum(v["verdict"] == "late" for v in verdicts),
+      "verdict_digest": verdict_digest(verdicts),
+      "shuffle_bytes_per_doc": shuffle_per_doc(counts, shuffle_docs),
+      "state": bucket_state_bytes(texts[:args.state_docs], config)}
+
+
+def bucket_state_bytes(texts, config) -> dict:
+  """Encoded bytes the buckets hold per kept document, with the tree's own
+  coders, after ``texts`` all arrived in one bundle per shard (arrival
+  mode, nothing expired): the shard cells over the kept documents, or,
+  for the layout before issue 29 (a cell per band key), each
+  representative's cell and its 8-byte key in each of its b buckets."""
+  # pylint: disable=import-outside-toplevel
+  import numpy as np
+
+  from transforms.kernels import compiled_signature as signature
+  from transforms.kernels import lsh, minhash
+  a, b = minhash.permutations(config.num_perm, config.seed)
+  sigs, _ = signature.signature_batch(texts, unit=config.shingle_unit,
+                                      ngram=config.ngram, seed=config.seed,
+                                      a=a, b=b)
+  keys = lsh.band_keys(sigs, config.bands, config.rows, config.seed)
+  ids = [f"{i:08d}" for i in range(len(texts))]
+  try:
+    from transforms.kernels import stream_shard as ss
+  except ImportError:
+    from transforms.stream.elements import (BucketState, BucketStateCoder,
+                                            Member)
+    cell = np.mean([len(BucketStateCoder().encode(BucketState(
+        Member(ids[i], 0, sigs[i]), clock=0))) for i in range(len(texts))])
+    return {"layout": "cell per band key",
+            "bucket_bytes_per_kept_doc": round(float(
+                config.bands * (cell + 8)), 1)}
+  from transforms.config import StreamConfig
+  from transforms.stream.elements import MemberTableCoder, ShardStateCoder
+  stream = StreamConfig(config, mode="arrival")
+  params = ss.Params(False, 0, 10**9, stream.allowed_lateness_ms, 10**9, 1,
+                     config.verify, config.threshold, 1)
+  shards = lsh.shard_of(keys.ravel(), stream.key_shards)
+  total, kept = 0, set(range(len(texts)))
+  table = ss.member_table(ids, np.zeros(len(texts), np.int64), sigs,
+                          [np.zeros(0, np.uint64)] * len(texts))
+  docs = np.repeat(np.arange(len(texts)), config.bands)
+  bands = np.tile(np.arange(config.bands), len(texts))
+  for s in range(stream.key_shards):
+    at = np.flatnonzero(shards == s)
+    shard = ss.Shard(ss.empty_state(), ss.empty_members(config.num_perm),
+                     params)
+    shard.add(keys.ravel()[at], bands[at], docs[at], table)
+    kept -= {int(doc) for doc, _, kind, _, _, _ in shard.answers
+             if kind == 1}
+    total += len(ShardStateCoder().encode(shard.state()))
+    total += len(MemberTableCoder().encode(shard.table))
+  return {"layout": f"{stream.key_shards} shards",
+          "bucket_bytes_per_kept_doc": round(total / len(kept), 1)}
+
+
+def _cli_worker(args) -> dict:
+  """The streaming CLI of the tree on sys.path[0], as a user runs it on a
+  file (the default local runner; event times 10 ms apart from a field):
+  its wall time, from main() called to returned."""
+  # pylint: disable=import-outside-toplevel
+  texts = _corpus(args.docs).texts
+  from pipeline.cli import main as cli_main
+  folder = tempfile.mkdtemp()
+  path = os.path.join(folder, "docs.jsonl")
+  with open(path, "w", encoding="utf-8") as f:
+    for i, text in enumerate(texts):
+      f.write(json.dumps({"id": f"{i:08d}", "text": text,
+                          "ts": 1 + i / 100}) + "\n")
+  started, cpu = time.perf_counter(), time.process_time()
+  code = cli_main([
+      "--streaming", "--input", path, "--output", os.path.join(folder, "out"),
+      "--event_time_field", "ts", "--ngram", "3", "--bands", "32", "--rows",
+      "4", "--threshold", "0.4", "--verify", args.verify, "--mode",
+      args.mode, "--settle", "1s", "--allowed_lateness", "1h"])
+  wall = time.perf_counter() - started
+  cpu = time.process_time() - cpu
+  verdicts = []
+  for name in glob.glob(os.path.join(folder, "out", "verdicts", "*.jsonl")):
+    with open(name, encoding="utf-8") as f:
+      verdicts += [json.loads(line) for line in f]
+  return {"docs": len(texts), "exit_code": code, "wall_s": round(wall, 2),
+          "docs_per_s": round(len(texts) / wall, 1), "cpu_s": round(cpu, 2),
+          "docs_per_cpu_s": round(len(texts) / cpu, 1),
+          "verdicts": len(verdicts),
+          "duplicates": sum(v["verdict"] == "duplicate" for v in verdicts)}
+
+
+def _online_worker(args) -> dict:
+  """Each document signed, queried against the kept ones, inserted when it
+  matched none."""
+  # pylint: disable=import-outside-toplevel
+  texts = _corpus(args.docs).texts
+  sys.path.insert(0, os.path.dirname(_HERE))
+  from bench import systems
+  params = dict(CONFIG, seed=42)
+  if args.worker == "rensa":
+    from rensa import RMinHash, RMinHashLSH
+    lsh = RMinHashLSH(threshold=CONFIG["threshold"],
+                      num_perm=CONFIG["num_perm"], num_bands=CONFIG["bands"])
+
+    def sketch(shingles):
+      m = RMinHash(num_perm=params["num_perm"], seed=params["seed"])
+      m.update(list(shingles))
+      return m
+  else:
+    from datasketch import MinHash, MinHashLSH
+    lsh = MinHashLSH(num_perm=CONFIG["num_perm"],
+                     params=(CONFIG["bands"], CONFIG["rows"]))
+
+    def sketch(shingles):
+      m = MinHash(num_perm=params["num_perm"], seed=params["seed"])
+      m.update_batch([s.encode("utf-8") for s in shingles])
+      return m
+  started, cpu = time.perf_counter(), time.process_time()
+  duplicates = 0
+  for i, shingles in enumerate(systems.shingle_sets(texts, CONFIG["ngram"])):
+    m = sketch(shingles)
+    if lsh.query(m):
+      duplicates += 1
+    else:
+      lsh.insert(i, m)
+  wall = time.perf_counter() - started
+  cpu = time.process_time() - cpu
+  return {"docs": len(texts), "wall_s": round(wall, 2),
+          "docs_per_s": round(len(texts) / wall, 1), "cpu_s": round(cpu, 2),
+          "docs_per_cpu_s": round(len(texts) / cpu, 1),
+          "duplicates": duplicates}
+
+
+# ------------------------------------------------------------------ main
+
+
+def _run_worker(args, system: str, tree: str, cpu) -> dict:
+  worker = ("graph" if system in GRAPHS else "cli" if system in CLIS
+            else system)
+  command = [sys.executable, os.path.abspath(__file__), "--worker",
+             worker, "--tree", tree,
+             "--docs", str(args.docs), "--runner", args.runner, "--mode",
+             args.mode, "--verify", args.verify, "--batch", str(args.batch),
+             "--shuffle_docs", str(args.shuffle_docs), "--state_docs",
+             str(args.state_docs)]
+  done = subprocess.run(
+      command, cwd=tree, capture_output=True, text=True, check=False,
+      preexec_fn=(lambda: os.sched_setaffinity(0, {cpu}))
+      if cpu is not None else None)
+  if done.returncode:
+    return {"error": done.stderr.strip().splitlines()[-1:]}
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--runner", choices=("direct", "prism"),
+                      default="direct")
+  parser.add_argument("--docs", type=int, default=5000)
+  parser.add_argument("--mode", choices=("arrival", "event_time"),
+                      default="event_time")
+  parser.add_argument("--verify", choices=("signature", "exact"),
+                      default="signature")
+  parser.add_argument("--batch", type=int, default=500,
+                      help="documents per TestStream step")
+  parser.add_argument("--shuffle_docs", type=int, default=1000,
+                      help="documents of the untimed run counting shuffle"
+                      " bytes")
+  parser.add_argument("--state_docs", type=int, default=1000,
+                      help="documents the state estimate is made over")
+  parser.add_argument("--baseline-tree", dest="baseline_tree",
+                      help="worktree of the commit to compare with"
+                      " (ours-before)")
+  parser.add_argument("--systems", default=",".join(GRAPHS + CLIS + ONLINE))
+  parser.add_argument("--unpinned", action="store_true",
+                      help="do not pin each system to one CPU")
+  parser.add_argument("--out", help="also write the JSON here")
+  parser.add_argument("--worker", help=argparse.SUPPRESS)
+  parser.add_argument("--tree", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.worker:
+    sys.path.insert(0, os.path.abspath(args.tree))
+    out = {"graph": _graph_worker, "cli": _cli_worker}.get(
+        args.worker, _online_worker)(args)
+    print(json.dumps(out))
+    return
+  here = os.path.dirname(_HERE)
+  cpu = None if args.unpinned else max(os.sched_getaffinity(0))
+  trees = {"ours": here, "ours-before": args.baseline_tree, "cli": here,
+           "cli-before": args.baseline_tree}
+  results = {}
+  load_before = os.getloadavg()
+  for system in args.systems.split(","):
+    if system.endswith("-before") and not args.baseline_tree:
+      continue
+    results[system] = _run_worker(args, system, trees.get(system, here), cpu)
+  graphs = [results[g] for g in GRAPHS if "verdict_digest" in results.get(
+      g, {})]
+  report = {
+      "runner": args.runner, "mode": args.mode, "verify": args.verify,
+      "docs": args.docs, "batch": args.batch, "pinned_cpu": cpu,
+      "load_average_before": [round(x, 2) for x in load_before],
+      "load_average_after": [round(x, 2) for x in os.getloadavg()],
+      "results": results, "ratios": ratios(results),
+      "cpu_ratios": ratios(results, "docs_per_cpu_s"),
+      "same_verdicts": (len(graphs) == 2 and graphs[0]["verdict_digest"]
+                        == graphs[1]["verdict_digest"]) if len(graphs) == 2
+      else None}
+  text = json.dumps(report, indent=1)
+  print(text)
+  if args.out:
+    with open(args.out, "w", encoding="utf-8") as f:
+      f.write(text + "\n")
 
 
 if __name__ == "__main__":

@@ -112,6 +112,11 @@ class StreamingOptions(PipelineOptions):
                        default=_DEFAULTS.max_pending,
                        help="Most entries one bucket buffers in event_time"
                        " mode before deciding them at once.")
+    dedup.add_argument("--key_shards", type=int,
+                       default=_DEFAULTS.key_shards,
+                       help="Shards of the band keys and document ids, one"
+                       " key of state each: the most workers the stateful"
+                       " steps use (not changeable across an update).")
 
 
 _FILE_ONLY = ("input", "output", "input_format", "overwrite",
@@ -147,7 +152,7 @@ def stream_config(options: PipelineOptions) -> StreamConfig:
       settle_ms=parse_duration_ms(view.settle),
       dedup_window_ms=parse_duration_ms(view.dedup_window),
       allowed_lateness_ms=parse_duration_ms(view.allowed_lateness),
-      max_pending=view.max_pending)
+      max_pending=view.max_pending, key_shards=view.key_shards)
 
 
 def check_io(options: PipelineOptions) -> None:

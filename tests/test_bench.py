@@ -428,3 +428,28 @@ def test_fixed_cost_phases_add_up_to_the_wall(tmp_path):
   assert r["phases"]["kernels"] == 0  # 20 documents stay on the pure paths
   (line,) = fixed_cost.table({20: rows})[2:]
   assert line.startswith("| 20 | this tree | ")
+
+
+def test_streaming_bench_logic_without_a_pipeline():
+  # pylint: disable=import-outside-toplevel
+  from bench import streaming
+  from transforms.config import DedupConfig
+  events = streaming.events_of(["a", "b", "c"], batch=2)
+  assert events == [("add", [("00000000", "a", 1000), ("00000001", "b", 1010)]),
+                    ("wm", 1020), ("add", [("00000002", "c", 1020)]),
+                    ("wm", 1030)]
+  rows = [{"id": "b", "verdict": "duplicate", "of": "a"},
+          {"id": "a", "verdict": "kept", "of": None}]
+  assert streaming.verdict_digest(rows) == streaming.verdict_digest(rows[::-1])
+  assert streaming.verdict_digest(rows) != streaming.verdict_digest(rows[:1])
+  assert streaming.shuffle_per_doc({"Buckets": 300, "Admit": 100}, 4) == {
+      "Admit": 25.0, "Buckets": 75.0, "total": 100.0}
+  assert streaming.ratios({"ours": {"docs_per_s": 10.0},
+                           "rensa": {"docs_per_s": 40.0},
+                           "broken": {"error": ["x"]}}) == {"ours/rensa": 0.25}
+  corpus = corpora.seed_style(60, seed=2)
+  state = streaming.bucket_state_bytes(
+      corpus.texts, DedupConfig(verify="signature", **streaming.CONFIG))
+  # Each kept document's signature (512 bytes) at least once, and less than
+  # the 18.8 KB a cell per band key took at b = 32.
+  assert 512 < state["bucket_bytes_per_kept_doc"] < 18_848

@@ -80,13 +80,25 @@ def test_arguments_are_beams_own_for_methods_functions_and_wrappers():
 
 
 def test_a_dead_dofn_is_forgotten():
-  dofn = _Counting()
+  dofn = core.CallableWrapperDoFn(lambda x: [x])
   userstate.get_dofn_specs(dofn)
   key = id(dofn)
   assert key in introspection._SPECS  # pylint: disable=protected-access
   del dofn
   gc.collect()
   assert key not in introspection._SPECS  # pylint: disable=protected-access
+
+
+def test_specs_of_a_dofn_whose_class_decides_them_are_kept_per_class():
+  """The BundleBasedDirectRunner unpickles a new DoFn for every bundle:
+  the answer is the class's, not asked again per instance; an instance
+  with a method of its own is still asked about itself."""
+  userstate.get_dofn_specs(_Counting())
+  assert _Counting in introspection._SPECS_OF_CLASS  # pylint: disable=protected-access
+  other = _Counting()
+  other.process = lambda element: [element]
+  assert userstate.get_dofn_specs(other) == BEAMS_SPECS(other)
+  assert id(other) in introspection._SPECS  # pylint: disable=protected-access
 
 
 def test_a_stateful_dofn_still_runs_with_its_state_and_timers():

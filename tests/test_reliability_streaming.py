@@ -8,6 +8,7 @@ import json
 import os
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
@@ -181,10 +182,24 @@ def test_event_time_field_on_text_lines_fails_before_the_job(tmp_path,
 
 def test_seen_ids_state_round_trips_through_its_coder():
   # pylint: disable=import-outside-toplevel
-  from transforms.stream.elements import Seen, SeenCoder
-  seen = Seen(-62_135_596_800_000, bytes(range(16)), b"\xff" * 16)
-  assert SeenCoder().decode(SeenCoder().encode(seen)) == seen
-  assert beam.coders.registry.get_coder(Seen) == SeenCoder()
+  from transforms.kernels import stream_shard as ss
+  from transforms.stream.elements import SeenStateCoder
+  seen = ss.SeenIds(ss.empty_seen(), retention_ms=10, tick_ms=5)
+  assert seen.admit("a", -62_135_596_800_000, bytes(range(16)),
+                    b"\xff" * 16)[0] == ss.FIRST
+  assert seen.admit("é", 7, b"\x01" * 16, b"\x02" * 16)[0] == ss.FIRST
+  state = seen.state()
+  back = SeenStateCoder().decode(SeenStateCoder().encode(state))
+  assert back.id_bytes == state.id_bytes
+  assert all(np.array_equal(a, b) for a, b in zip(back[2:], state[2:]))
+  assert beam.coders.registry.get_coder(ss.SeenState) == SeenStateCoder()
+  again = ss.SeenIds(back, retention_ms=10, tick_ms=5)
+  assert again.admit("é", 9, b"\x01" * 16, b"\x02" * 16) == (
+      ss.REDELIVERY, 7, True)
+  assert again.admit("a", 9, b"\x03" * 16, b"\xff" * 16) == (
+      ss.OTHER_RECORD, -62_135_596_800_000, True)
+  again.forget(-62_135_596_800_000 + 10)  # a's time passed, not é's
+  assert again.state().id_bytes == "é".encode()
 
 
 @pytest.mark.parametrize("flag", [["--checkpointing_interval", "1000"],

@@ -8,15 +8,20 @@ from hypothesis import strategies as st
 from transforms.config import ConfigError, DedupConfig, StreamConfig
 from transforms.config import parse_duration_ms
 from transforms.kernels import stream as sk
-from transforms.stream.elements import (Answer, Arrival, BandEntry,
-                                        BandEntryCoder, BucketState,
-                                        BucketStateCoder, Member, MemberCoder,
-                                        Progress, ProgressCoder, Report,
-                                        ReportCoder, Signed, SignedCoder,
-                                        Verdict, VerdictCoder)
+from transforms.kernels import stream_shard as ss
+from transforms.stream.elements import (Answer, Arrival, Member, MemberCoder,
+                                        MemberTableCoder, Progress,
+                                        ProgressBatch, ProgressBatchCoder,
+                                        ProgressCoder, ShardEntries,
+                                        ShardEntriesCoder, ShardStateCoder,
+                                        Signed, SignedCoder, Verdict,
+                                        VerdictCoder)
 
 K = 16
 WINDOW = 1000
+PARAMS = ss.Params(event_time=True, settle_ms=100, window_ms=WINDOW,
+                   lateness_ms=300, retention_ms=WINDOW + 300, max_pending=3,
+                   verify="signature", threshold=0.8, tick_ms=25)
 
 
 def member(doc_id, ts, sig):
@@ -112,16 +117,15 @@ def test_coders_round_trip_and_are_compact():
   assert back.doc_id == m.doc_id and back.event_ms == -5
   assert np.array_equal(back.signature, m.signature)
   assert np.array_equal(back.shingles, m.shingles)
-  entry = BandEntryCoder().decode(BandEntryCoder().encode(BandEntry(7, m)))
-  assert entry.band == 7 and np.array_equal(entry.member.signature,
-                                            m.signature)
   signed = Signed(m, np.array([1, 2], np.uint64), "signed", b"rec")
   again = SignedCoder().decode(SignedCoder().encode(signed))
   assert again.status == "signed" and again.record == b"rec"
   assert again.band_keys.tolist() == [1, 2]
-  for report in (Report(answer=Answer(3, sk.MATCH, "a", 9, 0.5)),
-                 Report(arrival=Arrival(1, 16, "signed", b"x", 2))):
-    assert ReportCoder().decode(ReportCoder().encode(report)) == report
+  batch = ProgressBatch(("a", "b"), (
+      Progress(bands=5, best=Answer(3, sk.MATCH, "a", 9, 0.5)),
+      Progress(arrival=Arrival(1, 16, "signed", b"x", 2))))
+  assert ProgressBatchCoder().decode(ProgressBatchCoder().encode(batch)) == (
+      batch)
   for verdict in (Verdict("b", 2, "duplicate", "band 0", "a", 1, 0.9, b"r"),
                   Verdict("a", 1, "kept", "unique", None, None, None, b"")):
     assert VerdictCoder().decode(VerdictCoder().encode(verdict)) == verdict
@@ -130,18 +134,39 @@ def test_coders_round_trip_and_are_compact():
     MemberCoder().decode(b"\x07" + encoded[1:])
 
 
+def table(*members):
+  return ss.member_table([m.doc_id for m in members],
+                         [m.event_ms for m in members],
+                         np.stack([m.signature for m in members]),
+                         [m.shingles for m in members])
+
+
+def assert_tables_equal(a, b):
+  assert [a.doc_id(i) for i in range(len(a))] == [
+      b.doc_id(i) for i in range(len(b))]
+  for x, y in zip(a[1:], b[1:]):
+    assert np.array_equal(x, y)
+
+
 def test_state_cells_round_trip():
   m = Member("r", 4, np.arange(K, dtype=np.uint32))
-  for bucket in (BucketState(), BucketState(m, 7, None, 0),
-                 BucketState(None, None, 12, 5, (BandEntry(2, m),
-                                                 BandEntry(3, m)))):
-    back = BucketStateCoder().decode(BucketStateCoder().encode(bucket))
-    assert (back.clock, back.settle_at, back.pending) == bucket[1:4]
-    assert (back.rep is None) == (bucket.rep is None)
-    assert [(e.band, e.member.doc_id) for e in back.waiting] == [
-        (e.band, e.member.doc_id) for e in bucket.waiting]
-    if bucket.rep is not None:
-      assert np.array_equal(back.rep.signature, m.signature)
+  x = Member("xé", 5, np.ones(K, dtype=np.uint32),
+             np.array([1, 9], np.uint64))
+  members = table(m, x)
+  back = MemberTableCoder().decode(MemberTableCoder().encode(members))
+  assert_tables_equal(back, members)
+  assert_tables_equal(ss.take_members(members, np.array([1])), table(x))
+  entries = ShardEntries(np.array([3, 2**64 - 1], np.uint64),
+                         np.array([0, 5]), np.array([1, 0]), members)
+  again = ShardEntriesCoder().decode(ShardEntriesCoder().encode(entries))
+  assert again.keys.tolist() == [3, 2**64 - 1]
+  assert again.rows.tolist() == [1, 0]
+  assert_tables_equal(again.members, members)
+  shard = ss.Shard(ss.empty_state(), ss.empty_members(K), PARAMS)
+  shard.add(entries.keys, entries.bands, entries.rows, members)
+  state = shard.state()
+  decoded = ShardStateCoder().decode(ShardStateCoder().encode(state))
+  assert all(np.array_equal(a, b) for a, b in zip(decoded, state))
   for progress in (Progress(), Progress(done=True),
                    Progress(False, Arrival(1, 64, "signed", b"x", 2),
                             (1 << 63) | 5, Answer(63, sk.MATCH, "a", 0, 0.75),
@@ -183,3 +208,103 @@ def test_rejected_messages_keep_the_reason_and_its_detail():
     batch = parse_record(data, "jsonl", "topic", 0, "text", "id")
     assert out.value.reason == batch.message
     assert out.value.reason.startswith(batch.reason + ": ") and batch.detail
+
+
+def _run_shard(steps, params, keys_of=None):
+  """Answers and final representatives of one Shard fed ``steps`` (``("add",
+  [(key, doc_id, ts, sig)])`` or ``("fire", until)``), through a coder
+  round trip after every step, as a runner would."""
+  state, members = ss.empty_state(), ss.empty_members(K)
+  answers = []
+  for kind, value in steps:
+    shard = ss.Shard(state, members, params)
+    if kind == "add":
+      rows = [r for r in value if keys_of is None or r[0] in keys_of]
+      if not rows:
+        continue
+      shard.add(np.array([r[0] for r in rows], np.uint64),
+                np.array([r[0] % 7 for r in rows], np.int64),
+                np.arange(len(rows)),
+                table(*[member(r[1], r[2], r[3]) for r in rows]))
+    else:
+      shard.fire(value)
+    answers += shard.answers
+    state = ShardStateCoder().decode(ShardStateCoder().encode(shard.state()))
+    members = MemberTableCoder().decode(MemberTableCoder().encode(
+        shard.table))
+  reps = {int(k): members.doc_id(int(r))
+          for k, r in zip(state.keys, state.rep) if r >= 0}
+  return sorted(answers), reps, state
+
+
+shard_steps = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(st.tuples(
+        st.integers(1, 4), st.sampled_from("abcdefghij"),
+        st.integers(0, 2000), st.integers(0, 3)), min_size=1, max_size=6)),
+    st.tuples(st.just("fire"), st.integers(0, 6000))), min_size=1,
+    max_size=10)
+
+
+def _steps(raw):
+  steps, seen = [], set()
+  for kind, value in raw:
+    if kind == "fire":
+      steps.append((kind, value))
+      continue
+    rows = []
+    for key, doc, ts, edits in value:
+      if (key, doc) in seen:  # a document once per bucket (Admit's job)
+        continue
+      seen.add((key, doc))
+      sig = np.zeros(K, np.uint32)
+      sig[:edits] = ord(doc)
+      rows.append((key, doc, ts + ord(doc), sig))
+    steps.append(("add", rows))
+  return steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(shard_steps, st.sampled_from([True, False]))
+def test_a_shard_answers_as_its_buckets_would_alone(raw, event_time):
+  """Buckets sharing a shard do not see each other: a shard of four band
+  keys gives each key the answers and representative that a shard of that
+  key alone gives it."""
+  params = PARAMS._replace(event_time=event_time)
+  steps = _steps(raw)
+  together, reps, _ = _run_shard(steps, params)
+  alone, alone_reps = [], {}
+  for key in range(1, 5):
+    answers, key_reps, _ = _run_shard(steps, params, keys_of={key})
+    alone += answers
+    alone_reps.update(key_reps)
+  assert together == sorted(alone)
+  assert reps == alone_reps
+
+
+@settings(max_examples=150, deadline=None)
+@given(shard_steps, st.sampled_from([True, False]))
+def test_one_late_tick_fires_what_every_timer_on_time_would(raw, event_time):
+  """Firing once at T decides exactly what firing at every armed bucket
+  timer up to T, one after the other, decides: rounding the runner timer
+  up to a tick changes when timers fire, not what they decide."""
+  params = PARAMS._replace(event_time=event_time)
+  steps = _steps(raw)
+  coarse, coarse_reps, coarse_state = _run_shard(steps, params)
+  fine = []
+  for kind, value in steps:
+    if kind == "add":
+      fine.append((kind, value))
+      continue
+    # The earliest armed time up to ``value``, as its own fire, until none.
+    for _ in range(100):
+      sim_state = _run_shard(fine, params)[2]
+      armed = np.concatenate([sim_state.settle_timer, sim_state.expire_timer])
+      armed = armed[armed <= value]
+      if not len(armed):
+        break
+      fine.append(("fire", int(armed.min())))
+    fine.append(("fire", value))
+  fine_answers, fine_reps, fine_state = _run_shard(fine, params)
+  assert coarse == fine_answers
+  assert coarse_reps == fine_reps
+  assert coarse_state.clock.tolist() == fine_state.clock.tolist()

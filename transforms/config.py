@@ -221,6 +221,10 @@ class StreamConfig:
     found later than this go to the ``late`` output.
   * ``max_pending``: most entries one bucket buffers in ``event_time`` mode
     before it decides them at once (bounded state for hot buckets).
+  * ``key_shards``: the buckets' band keys, and the verdicts' document ids,
+    are split into this many shards, each one key of keyed state (the
+    parallelism of those stages). Changing it changes where state lives:
+    not across an update of a running job.
   """
 
   dedup: DedupConfig
@@ -229,6 +233,7 @@ class StreamConfig:
   dedup_window_ms: int = 7 * 86_400_000
   allowed_lateness_ms: int = 3_600_000
   max_pending: int = 10_000
+  key_shards: int = 8
 
   def __post_init__(self):
     _check(isinstance(self.dedup, DedupConfig),
@@ -250,6 +255,15 @@ class StreamConfig:
     _check(_is_int(self.max_pending) and self.max_pending >= 1,
            f"max_pending={self.max_pending!r}: use an integer >= 1"
            " (--max_pending).")
+    _check(_is_int(self.key_shards) and 1 <= self.key_shards <= 1 << 16,
+           f"key_shards={self.key_shards!r}: use an integer from 1 to 2**16.")
+
+  @property
+  def timer_tick_ms(self) -> int:
+    """The grid event-time timers are rounded up to (a quarter of the
+    settle time, at least 1 ms): a timer fires up to this much later, and
+    one firing serves every bucket of a shard due by then."""
+    return max(1, self.settle_ms // 4)
 
   @property
   def retention_ms(self) -> int:

@@ -10,25 +10,35 @@ them):
 * **Sign** batches the documents of a bundle through the batch kernels
   (same config and seed, so the same signature and band keys as batch) and
   re-emits each with its own timestamp and window.
-* **BandEntries** emits b ``(band key, BandEntry)`` per signed document.
-* **Buckets**, keyed by band key, holds one representative per bucket and
-  answers every entry (see :mod:`transforms.kernels.stream`).
-* **Verdicts**, keyed by document id, gathers the b answers and emits
-  exactly one :class:`Verdict` per document, also when it is delivered twice.
+* **BandEntries** groups the b band entries of a bundle's signed documents
+  by shard of the band-key space: one element per shard and bundle, each
+  document's signature once per shard.
+* **Buckets**, keyed by shard, holds every bucket of its shard (one
+  representative per band key) and answers every entry (see
+  :mod:`transforms.kernels.stream` and
+  :mod:`transforms.kernels.stream_shard`), each document's answers
+  gathered into one report per invocation.
+* **Verdicts**, keyed by shard of document ids, merges each document's
+  arrival and answers and emits exactly one :class:`Verdict` per document.
+
+Per-element, per-state-cell and per-timer costs are paid per shard and
+bundle (or timer tick), not per band entry: a document costs two keyed
+invocations of its own (Admit's element and its timer), where it cost ~100
+(b answers and up to 2b bucket timers).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+import zlib
 from typing import Tuple
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import DebugOptions, StandardOptions
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (BagStateSpec,
-                                              ReadModifyWriteStateSpec,
+from apache_beam.transforms.userstate import (ReadModifyWriteStateSpec,
                                               TimerSpec, on_timer)
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
@@ -39,12 +49,14 @@ from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import minhash as minhash_kernels
 from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import stream as stream_kernels
+from transforms.kernels import stream_shard as shard_kernels
 from transforms.sign import normalize_options
-from transforms.stream.elements import (REJECTED, Answer, Arrival,
-                                        BandEntry, BandEntryCoder,
-                                        BucketState, BucketStateCoder, Member,
-                                        MemberCoder, Progress, ProgressCoder,
-                                        Report, Seen, SeenCoder, Signed,
+from transforms.stream.elements import (REJECTED, Answer, Arrival, DocBatch,
+                                        Member,
+                                        MemberTableCoder, Progress,
+                                        ProgressBatch, ProgressBatchCoder,
+                                        SeenStateCoder, ShardEntries,
+                                        ShardStateCoder, Signed,
                                         StreamDocument, StreamRejected,
                                         Verdict)
 
@@ -66,11 +78,6 @@ def event_ms(timestamp: Timestamp) -> int:
 
 def to_timestamp(ms: int) -> Timestamp:
   return Timestamp(micros=ms * 1000)
-
-
-def key_bytes(band_key: int) -> bytes:
-  """A band key as the 8-byte grouping key of its bucket."""
-  return int(band_key).to_bytes(8, "big")
 
 
 class DeduplicateStream(beam.PTransform):
@@ -99,7 +106,8 @@ class DeduplicateStream(beam.PTransform):
     c = self._config
     admitted = docs | "Admit" >> Admit(c)
     signed = admitted.documents | "Sign" >> Sign(c)
-    answers = signed | "BandEntries" >> BandEntries() | "Buckets" >> Buckets(c)
+    answers = (signed | "BandEntries" >> BandEntries(c)
+               | "Buckets" >> Buckets(c))
     verdicts = ({"answers": answers, "signed": signed}
                 | "Verdicts" >> Verdicts(c))
     return {"verdicts": verdicts.verdicts, "late": verdicts[LATE],
@@ -119,10 +127,35 @@ def check_runner(options) -> None:
         " --streaming adds it).")
 
 
+class _PerBundle(beam.DoFn):
+  """Gathers a bundle's elements per window and emits, from
+  ``finish_bundle``, the keyed elements ``self._group`` makes of them (in
+  timestamp order, as Prism delivers elements), at the earliest timestamp
+  among them: one element per key and bundle, not one per entry (the
+  runner's per-element cost is paid per element)."""
+
+  def start_bundle(self):
+    self._pending = {}
+
+  def process(self, element, timestamp=beam.DoFn.TimestampParam,
+              window=beam.DoFn.WindowParam):
+    self._pending.setdefault(window, []).append((timestamp, element))
+
+  def finish_bundle(self):
+    pending, self._pending = self._pending, {}
+    for window, held in pending.items():
+      held.sort(key=lambda t: t[0])
+      for keyed in self._group([element for _, element in held]):
+        yield WindowedValue(keyed, held[0][0], (window,))
+
+  def _group(self, elements):
+    raise NotImplementedError
+
+
 class Admit(beam.PTransform):
   """Timestamped :class:`StreamDocument` s → the documents to decide (main
   output ``documents``, timestamps kept) and :class:`StreamRejected`
-  (``rejected``), from a stateful DoFn keyed by document id.
+  (``rejected``), from a stateful DoFn keyed by shard of document ids.
 
   The first document under an id passes. The same record again is a
   redelivery: dropped, counted as ``stream_redelivered``. Any other record
@@ -130,7 +163,8 @@ class Admit(beam.PTransform):
   id keys the verdict and the buckets' members, so a second text under it
   would mix two documents' answers. An id is remembered for as long as its
   document can be in a bucket, until the watermark passes its event time +
-  dedup window + allowed lateness; only later can it name a new document.
+  dedup window + allowed lateness (rounded up to a 64th of that); only
+  later can it name a new document.
   """
 
   def __init__(self, config: StreamConfig):
@@ -139,10 +173,30 @@ class Admit(beam.PTransform):
 
   def expand(self, docs):
     return (docs
-            | "ById" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(
-                Tuple[str, StreamDocument])
+            | "ById" >> beam.ParDo(_ByIdFn(self._config)).with_output_types(
+                Tuple[int, DocBatch])
             | "FirstById" >> beam.ParDo(_AdmitFn(self._config)).with_outputs(
                 REJECTED, main="documents"))
+
+
+class _ByIdFn(_PerBundle):
+
+  def __init__(self, config: StreamConfig):
+    self._shards = config.key_shards
+
+  def process(self, element, timestamp=beam.DoFn.TimestampParam,
+              window=beam.DoFn.WindowParam):
+    # Each document's own timestamp travels with it.
+    return super().process((element, timestamp.micros), timestamp, window)
+
+  def _group(self, elements):
+    by_shard = {}
+    for doc, micros in elements:
+      by_shard.setdefault(verdict_shard(doc.doc_id, self._shards), []).append(
+          (doc, micros))
+    for shard, held in sorted(by_shard.items()):
+      yield shard, DocBatch(tuple(d for d, _ in held),
+                            np.array([m for _, m in held], np.int64))
 
 
 def _digest(data: bytes) -> bytes:
@@ -150,10 +204,11 @@ def _digest(data: bytes) -> bytes:
 
 
 class _AdmitFn(beam.DoFn):
-  """Remembers the first document of an id as a :class:`Seen` (digests,
-  not the record) until ``forget`` fires."""
+  """Remembers the first document of each id of its shard (digests, not
+  the record) in a :class:`SeenState` cell until its time passes; one
+  ``forget`` timer per shard, rounded up to the tick."""
 
-  SEEN = ReadModifyWriteStateSpec("seen", SeenCoder())
+  SEEN = ReadModifyWriteStateSpec("seen", SeenStateCoder())
   FORGET = TimerSpec("forget", TimeDomain.WATERMARK)
 
   def __init__(self, config: StreamConfig):
@@ -163,33 +218,55 @@ class _AdmitFn(beam.DoFn):
     self._redelivered = metrics.counter(metrics.STREAM_REDELIVERED)
     self._rejected = metrics.counter(metrics.STREAM_REJECTED)
 
-  def process(self, element, timestamp=beam.DoFn.TimestampParam,
+  def _open(self, seen):
+    c = self._config
+    # Forgetting is garbage collection: a coarse tick (an id is remembered
+    # up to 1/64 of the retention longer) fires rarely.
+    return shard_kernels.SeenIds(seen.read() or shard_kernels.empty_seen(),
+                                 c.retention_ms,
+                                 max(c.timer_tick_ms, c.retention_ms // 64))
+
+  def _close(self, ids, seen, forget):
+    state = ids.state()
+    if len(state.hashes):
+      seen.write(state)
+      forget.set(to_timestamp(ids.next_timer(state)))
+    else:
+      seen.clear()
+      forget.clear()
+
+  def process(self, element, window=beam.DoFn.WindowParam,
               seen=beam.DoFn.StateParam(SEEN),
               forget=beam.DoFn.TimerParam(FORGET)):
-    doc_id, doc = element
-    record = _digest(doc.record)
-    text = _digest(doc.text.encode("utf-8"))
-    first = seen.read()
-    if first is None:
-      ms = event_ms(timestamp)
-      seen.write(Seen(ms, record, text))
-      forget.set(to_timestamp(ms + self._config.retention_ms))
-      yield doc
-      return
-    if first.record_digest == record:
-      self._redelivered.inc()
-      return
-    self._rejected.inc()
-    other = ("another text" if first.text_digest != text
-             else "the same text in another record")
-    yield beam.pvalue.TaggedOutput(REJECTED, StreamRejected(
-        doc_id, f"duplicate_id: id {doc_id!r} was already seen with {other}"
-        f" (event time {first.event_ms} ms); ids must be unique",
-        doc.text[:300]))
+    _, batch = element
+    ids = self._open(seen)
+    for doc, micros in zip(batch.docs, batch.micros.tolist()):
+      what, first_ms, same_text = ids.admit(
+          doc.doc_id, micros // 1000, _digest(doc.record),
+          _digest(doc.text.encode("utf-8")))
+      if what == shard_kernels.FIRST:
+        yield WindowedValue(doc, Timestamp(micros=micros), (window,))
+      elif what == shard_kernels.REDELIVERY:
+        self._redelivered.inc()
+      else:
+        self._rejected.inc()
+        other = ("the same text in another record" if same_text
+                 else "another text")
+        yield beam.pvalue.TaggedOutput(REJECTED, WindowedValue(
+            StreamRejected(
+                doc.doc_id, f"duplicate_id: id {doc.doc_id!r} was already"
+                f" seen with {other} (event time {first_ms} ms); ids must be"
+                " unique", doc.text[:300]),
+            Timestamp(micros=micros), (window,)))
+    self._close(ids, seen, forget)
 
   @on_timer(FORGET)
-  def on_forget(self, seen=beam.DoFn.StateParam(SEEN)):
-    seen.clear()
+  def on_forget(self, fired=beam.DoFn.TimestampParam,
+                seen=beam.DoFn.StateParam(SEEN),
+                forget=beam.DoFn.TimerParam(FORGET)):
+    ids = self._open(seen)
+    ids.forget(event_ms(fired))
+    self._close(ids, seen, forget)
 
 
 class Sign(beam.PTransform):
@@ -265,22 +342,61 @@ class _SignFn(metrics.MeteredDoFn):
 
 
 class BandEntries(beam.PTransform):
-  """:class:`Signed` → ``(band key bytes, BandEntry)``, one per band of
-  every signed document: buckets are keyed by the band key itself."""
+  """:class:`Signed` → ``(shard, ShardEntries)``: the band entries of each
+  bundle's signed documents, one element per shard of the band-key space
+  that they fall in, each document's signature once per shard."""
+
+  def __init__(self, config: StreamConfig):
+    super().__init__()
+    self._config = config
 
   def expand(self, signed):
-    return signed | "Explode" >> beam.FlatMap(_band_entries).with_output_types(
-        Tuple[bytes, BandEntry])
+    return signed | "Explode" >> beam.ParDo(
+        _BandEntriesFn(self._config)).with_output_types(
+            Tuple[int, ShardEntries])
 
 
-def _band_entries(signed: Signed):
-  for band, key in enumerate(signed.band_keys.tolist()):
-    yield key_bytes(key), BandEntry(band, signed.member)
+class _BandEntriesFn(_PerBundle):
+
+  def __init__(self, config: StreamConfig):
+    self._shards = config.key_shards
+    self._num_perm = config.dedup.num_perm
+
+  def _group(self, elements):
+    signed = [s for s in elements if s.status == "signed"]
+    if not signed:
+      return
+    keys = np.stack([s.band_keys for s in signed])
+    n, b = keys.shape
+    shards = lsh_kernels.shard_of(keys.ravel(), self._shards)
+    docs = np.repeat(np.arange(n), b)
+    bands = np.tile(np.arange(b, dtype=np.int64), n)
+    flat = keys.ravel()
+    order = np.argsort(shards, kind="stable")
+    bounds = np.searchsorted(shards[order], np.arange(self._shards + 1))
+    for shard in range(self._shards):
+      at = order[bounds[shard]:bounds[shard + 1]]
+      if not len(at):
+        continue
+      members, rows = np.unique(docs[at], return_inverse=True)
+      yield shard, ShardEntries(flat[at], bands[at], rows.astype(np.int64),
+                                _table([signed[i].member
+                                        for i in members.tolist()],
+                                       self._num_perm))
+
+
+def _table(members, num_perm: int) -> shard_kernels.MemberTable:
+  if not members:
+    return shard_kernels.empty_members(num_perm)
+  return shard_kernels.member_table(
+      [m.doc_id for m in members], [m.event_ms for m in members],
+      np.stack([m.signature for m in members]), [m.shingles for m in members])
 
 
 class Buckets(beam.PTransform):
-  """``(band key, BandEntry)`` → ``(doc id, Report(answer))``: each bucket's
-  answer for each entry, from a stateful DoFn keyed by band key."""
+  """``(shard, ShardEntries)`` → ``(verdict shard, ProgressBatch)``: every
+  bucket's answers, gathered per document, from a stateful DoFn keyed by
+  shard of the band-key space (:mod:`transforms.kernels.stream_shard`)."""
 
   def __init__(self, config: StreamConfig):
     super().__init__()
@@ -288,219 +404,179 @@ class Buckets(beam.PTransform):
 
   def expand(self, entries):
     return entries | "Decide" >> beam.ParDo(
-        _BucketFn(self._config)).with_output_types(Tuple[str, Report])
+        _BucketsFn(self._config)).with_output_types(Tuple[int, ProgressBatch])
 
 
-class _BucketFn(beam.DoFn):
-  """One LSH bucket: a :class:`BucketState` (its representative, its clock:
-  the latest event-time timer fired for it, a lower bound of the watermark,
-  which tells late entries apart, and the first entries waiting to be
-  decided in order in ``event_time`` mode) and a bag of the other waiting
-  entries (read only when they are decided).
+class _BucketsFn(beam.DoFn):
+  """One shard of buckets: a :class:`ShardState` cell (the buckets, their
+  clocks, timers and waiting entries) and a :class:`MemberTable` cell (the
+  members they reference, written only when it changes). One runner timer,
+  ``tick``, stands for every bucket's settle and expire timers (see
+  :mod:`transforms.kernels.stream_shard`)."""
 
-  Timers: ``expire`` drops the representative once the watermark passes
-  its event time + window + allowed lateness (the clock alone is kept for
-  as long again, then everything); ``settle`` decides the pending entries
-  whose event time + settle the watermark passed.
-  """
-
-  STATE = ReadModifyWriteStateSpec("bucket", BucketStateCoder())
-  PENDING = BagStateSpec("pending", BandEntryCoder())
-  EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
-  SETTLE = TimerSpec("settle", TimeDomain.WATERMARK)
+  BUCKETS = ReadModifyWriteStateSpec("buckets", ShardStateCoder())
+  MEMBERS = ReadModifyWriteStateSpec("members", MemberTableCoder())
+  TICK = TimerSpec("tick", TimeDomain.WATERMARK)
 
   def __init__(self, config: StreamConfig):
     self._config = config
 
   def setup(self):
+    c = self._config
+    self._params = shard_kernels.Params(
+        c.mode == "event_time", c.settle_ms, c.dedup_window_ms,
+        c.allowed_lateness_ms, c.retention_ms, c.max_pending,
+        c.dedup.verify, c.dedup.threshold, c.timer_tick_ms)
     self._live = metrics.counter(metrics.STREAM_LIVE_REPS)
     self._state_bytes = metrics.counter(metrics.STREAM_REP_STATE_BYTES)
     self._pending_now = metrics.counter(metrics.STREAM_PENDING)
     self._early = metrics.counter(metrics.STREAM_EARLY_SETTLES)
-    self._coder = MemberCoder()
 
-  def process(self, element, state=beam.DoFn.StateParam(STATE),
-              pending=beam.DoFn.StateParam(PENDING),
-              expire=beam.DoFn.TimerParam(EXPIRE),
-              settle=beam.DoFn.TimerParam(SETTLE)):
-    _, entry = element
-    c = self._config
-    member = entry.member
-    bucket = state.read() or _EMPTY_BUCKET
-    if (bucket.clock is not None
-        and member.event_ms + c.allowed_lateness_ms < bucket.clock):
-      yield member.doc_id, Report(answer=Answer(
-          entry.band, stream_kernels.LATE, "", bucket.clock, 0.0))
-      return
-    if c.mode == "event_time" and stream_kernels.needs_order(
-        bucket.rep, member, c.dedup_window_ms):
-      if len(bucket.waiting) < _INLINE_WAITING:
-        bucket = bucket._replace(waiting=bucket.waiting + (entry,))
-      else:
-        pending.add(entry)
-      bucket = bucket._replace(pending=bucket.pending + 1)
-      self._pending_now.inc()
-      if bucket.pending >= c.max_pending:
-        self._early.inc()
-        bucket, answers = self._settle(None, bucket, pending, expire, settle)
-        state.write(bucket)
-        yield from answers
-        return
-      due = member.event_ms + c.settle_ms
-      if bucket.settle_at is None or due < bucket.settle_at:
-        bucket = bucket._replace(settle_at=due)
-        settle.set(to_timestamp(due))
-      state.write(bucket)
-      return
-    new_rep, kind, judged_by, similarity = stream_kernels.decide(
-        bucket.rep, member, c.dedup_window_ms, c.dedup.verify,
-        c.dedup.threshold)
-    if new_rep is not bucket.rep:
-      self._store(bucket.rep, new_rep, expire)
-      state.write(bucket._replace(rep=new_rep))
-    yield _answer(entry, kind, judged_by, similarity)
+  def start_bundle(self):
+    self._answers = {}
 
-  @on_timer(SETTLE)
-  def on_settle(self, fired=beam.DoFn.TimestampParam,
-                state=beam.DoFn.StateParam(STATE),
-                pending=beam.DoFn.StateParam(PENDING),
-                expire=beam.DoFn.TimerParam(EXPIRE),
-                settle=beam.DoFn.TimerParam(SETTLE)):
-    now = event_ms(fired)
-    bucket = _advance(state.read() or _EMPTY_BUCKET, now)
-    bucket, answers = self._settle(now, bucket, pending, expire, settle)
-    state.write(bucket)
-    yield from answers
+  def process(self, element, timestamp=beam.DoFn.TimestampParam,
+              window=beam.DoFn.WindowParam,
+              buckets=beam.DoFn.StateParam(BUCKETS),
+              members=beam.DoFn.StateParam(MEMBERS),
+              tick=beam.DoFn.TimerParam(TICK)):
+    _, entries = element
+    shard, before = self._open(buckets, members)
+    shard.add(entries.keys, entries.bands, entries.rows, entries.members)
+    self._close(shard, before, buckets, members, tick, timestamp, window)
 
-  @on_timer(EXPIRE)
-  def on_expire(self, fired=beam.DoFn.TimestampParam,
-                state=beam.DoFn.StateParam(STATE),
-                pending=beam.DoFn.StateParam(PENDING),
-                expire=beam.DoFn.TimerParam(EXPIRE),
-                settle=beam.DoFn.TimerParam(SETTLE)):
-    c = self._config
-    now = event_ms(fired)
-    bucket = _advance(state.read() or _EMPTY_BUCKET, now)
-    # Entries due by now are decided against the representative first, in
-    # case the two timers fire at the same time in the other order.
-    bucket, answers = self._settle(now, bucket, pending, expire, settle)
-    yield from answers
-    rep = bucket.rep
-    if rep is not None and rep.event_ms + c.retention_ms > now:
-      expire.set(to_timestamp(rep.event_ms + c.retention_ms))
-    elif rep is not None:
-      self._store(rep, None, expire)
-      bucket = bucket._replace(rep=None)
-      # The clock outlives the representative, to recognise late entries.
-      expire.set(to_timestamp(now + c.retention_ms))
-    elif not bucket.pending:
-      state.clear()
-      return
-    state.write(bucket)
+  @on_timer(TICK)
+  def on_tick(self, fired=beam.DoFn.TimestampParam,
+              window=beam.DoFn.WindowParam,
+              buckets=beam.DoFn.StateParam(BUCKETS),
+              members=beam.DoFn.StateParam(MEMBERS),
+              tick=beam.DoFn.TimerParam(TICK)):
+    shard, before = self._open(buckets, members)
+    shard.fire(event_ms(fired))
+    self._close(shard, before, buckets, members, tick, fired, window)
 
-  def _settle(self, now, bucket, pending, expire, settle):
-    """Decides, in order, the pending entries due at ``now`` (all of them
-    when ``now`` is None) and re-arms ``settle`` for the others; returns the
-    new :class:`BucketState` and the answers."""
-    if not bucket.pending:
-      return bucket, []
-    c = self._config
-    in_bag = bucket.pending > len(bucket.waiting)
-    due, rest = [], []
-    for e in bucket.waiting + (tuple(pending.read()) if in_bag else ()):
-      (due if now is None or e.member.event_ms + c.settle_ms <= now
-       else rest).append(e)
-    if not due:
-      return bucket, []
-    if in_bag:
-      pending.clear()
-    for entry in rest[_INLINE_WAITING:]:
-      pending.add(entry)
-    self._pending_now.dec(len(due))
-    settle_at = None
-    if rest:
-      settle_at = min(e.member.event_ms for e in rest) + c.settle_ms
-      settle.set(to_timestamp(settle_at))
-    bands = {id(e.member): e.band for e in due}
-    new_rep, decided = stream_kernels.decide_in_order(
-        bucket.rep, [e.member for e in due], c.dedup_window_ms,
-        c.dedup.verify, c.dedup.threshold)
-    self._store(bucket.rep, new_rep, expire)
-    answers = [_answer(BandEntry(bands[id(member)], member), kind, judged_by,
-                       similarity)
-               for member, kind, judged_by, similarity in decided]
-    return bucket._replace(rep=new_rep, settle_at=settle_at,
-                           pending=len(rest),
-                           waiting=tuple(rest[:_INLINE_WAITING])), answers
+  def finish_bundle(self):
+    # The answers of every key and timer of the bundle, one element per
+    # verdict shard: a timer tick fires every shard in one bundle.
+    answers, self._answers = self._answers, {}
+    for window, (timestamp, held) in answers.items():
+      for keyed in _progress_batches(held, self._config.key_shards):
+        yield WindowedValue(keyed, timestamp, (window,))
 
-  def _store(self, old, new, expire):
-    """Counts a change of representative and arms its expiry."""
-    if new is old:
-      return
-    if old is not None:
-      self._live.dec()
-      self._state_bytes.dec(len(self._coder.encode(old)))
-    if new is None:
-      return
-    self._live.inc()
-    self._state_bytes.inc(len(self._coder.encode(new)))
-    expire.set(to_timestamp(new.event_ms + self._config.retention_ms))
+  def _open(self, buckets, members):
+    state = buckets.read()
+    if state is None:
+      state = shard_kernels.empty_state()
+      table = shard_kernels.empty_members(self._config.dedup.num_perm)
+      stored = 0, 0
+    else:
+      table = members.read()
+      stored = state.nbytes, table.nbytes
+    return shard_kernels.Shard(state, table, self._params), stored
+
+  def _close(self, shard, before, buckets, members, tick, timestamp, window):
+    state = shard.state()
+    old_state, old_table = before
+    change = -old_state
+    if shard.members_changed or not len(state.keys):
+      change -= old_table
+    if len(state.keys):
+      buckets.write(state)
+      change += state.nbytes
+      if shard.members_changed:
+        members.write(shard.table)
+        change += shard.table.nbytes
+    else:
+      buckets.clear()
+      members.clear()
+    due = shard.next_timer()
+    if due is None:
+      tick.clear()
+    else:
+      tick.set(to_timestamp(due))
+    self._state_bytes.inc(change)
+    self._live.inc(shard.live_delta)
+    self._pending_now.inc(shard.pending_delta)
+    self._early.inc(shard.early_settles)
+    if shard.answers:
+      held = self._answers.setdefault(window, [timestamp, []])
+      held[0] = min(held[0], timestamp)
+      held[1].extend(shard.answers)
 
 
-_EMPTY_BUCKET = BucketState()
-# Waiting entries kept in the bucket's cell; more go to its bag. Most buckets
-# wait for one entry (a new document's); a hot bucket's hundreds are not
-# rewritten with every entry.
-_INLINE_WAITING = 4
+def verdict_shard(doc_id: str, shards: int) -> int:
+  """The verdict shard of a document id (stable across runs and
+  workers)."""
+  return zlib.crc32(doc_id.encode("utf-8")) % shards
 
 
-def _advance(bucket: BucketState, now: int) -> BucketState:
-  if bucket.clock is None or now > bucket.clock:
-    return bucket._replace(clock=now)
-  return bucket
-
-
-def _answer(entry: BandEntry, kind, judged_by, similarity):
-  return entry.member.doc_id, Report(answer=Answer(
-      entry.band, kind, judged_by.doc_id if judged_by is not None else "",
-      judged_by.event_ms if judged_by is not None else 0, float(similarity)))
+def _progress_batches(answers, shards: int):
+  """Answers ``(doc id, band, kind, judge id, judge ms, similarity)`` →
+  one ``(verdict shard, ProgressBatch)`` per shard: each document's
+  answers gathered into one :class:`Progress`."""
+  by_doc = {}
+  for doc_id, band, kind, other_id, other_ms, similarity in answers:
+    by_doc[doc_id] = _gather(by_doc.get(doc_id, _NO_PROGRESS), Answer(
+        band, kind, other_id, other_ms, similarity))
+  return _progress_batches_of(by_doc.items(), shards)
 
 
 class Verdicts(beam.PTransform):
   """``{"answers", "signed"}`` → one :class:`Verdict` per document
-  (main output; ``late`` tagged), from a stateful DoFn keyed by document id
-  that gathers the document's :class:`Arrival` and its b answers."""
+  (main output; ``late`` tagged), from a stateful DoFn keyed by shard of
+  document ids that merges each document's :class:`Arrival` and its b
+  answers."""
 
   def __init__(self, config: StreamConfig):
     super().__init__()
     self._config = config
 
   def expand(self, inputs):
-    arrivals = inputs["signed"] | "Arrivals" >> beam.Map(
-        _arrival, self._config.dedup.bands).with_output_types(
-            Tuple[str, Report])
+    arrivals = inputs["signed"] | "Arrivals" >> beam.ParDo(
+        _ArrivalsFn(self._config)).with_output_types(
+            Tuple[int, ProgressBatch])
     return ((inputs["answers"], arrivals)
             | "Gather" >> beam.Flatten()
             | "Decide" >> beam.ParDo(_VerdictFn(self._config)).with_outputs(
                 LATE, main="verdicts"))
 
 
-def _arrival(signed: Signed, bands: int):
-  expect = bands if signed.status == "signed" else 0
-  return signed.member.doc_id, Report(arrival=Arrival(
-      signed.member.event_ms, expect, signed.status, signed.record,
-      int(time.time() * 1000)))
+class _ArrivalsFn(_PerBundle):
+
+  def __init__(self, config: StreamConfig):
+    self._bands = config.dedup.bands
+    self._shards = config.key_shards
+
+  def _group(self, elements):
+    now = int(time.time() * 1000)
+    return _progress_batches_of(
+        [(s.member.doc_id, Progress(arrival=Arrival(
+            s.member.event_ms, self._bands if s.status == "signed" else 0,
+            s.status, s.record, now))) for s in elements], self._shards)
+
+
+def _progress_batches_of(items, shards: int):
+  """``(doc id, Progress)`` pairs → one ``(verdict shard, ProgressBatch)``
+  per shard they fall in."""
+  by_shard = {}
+  for doc_id, progress in items:
+    ids, progresses = by_shard.setdefault(verdict_shard(doc_id, shards),
+                                          ([], []))
+    ids.append(doc_id)
+    progresses.append(progress)
+  for shard, (ids, progresses) in sorted(by_shard.items()):
+    yield shard, ProgressBatch(tuple(ids), tuple(progresses))
 
 
 class _VerdictFn(beam.DoFn):
-  """Gathers a document's arrival and the answers of all its bands in one
-  :class:`Progress` cell (one state read and write per report, never a
-  re-read of the answers so far), emits its verdict once, and remembers
-  that it did until the watermark passes its event time + allowed lateness
-  (``clear``), so a redelivery until then gets no second verdict."""
+  """One shard of document ids: the :class:`Progress` of each document
+  whose verdict is not out yet, or whose answers are not all in yet (in
+  one cell), merged with every arrival and partial answer; emits a
+  verdict once it is decided. A document's state goes once its verdict is
+  out and all its answers came: :class:`Admit` keeps redeliveries out, so
+  nothing else arrives for it."""
 
-  PROGRESS = ReadModifyWriteStateSpec("progress", ProgressCoder())
-  CLEAR = TimerSpec("clear", TimeDomain.WATERMARK)
+  PROGRESS = ReadModifyWriteStateSpec("progress", ProgressBatchCoder())
 
   def __init__(self, config: StreamConfig):
     self._config = config
@@ -511,45 +587,65 @@ class _VerdictFn(beam.DoFn):
         metrics.STREAM_REDELIVERED)}
     self._latency = metrics.distribution(metrics.STREAM_VERDICT_LATENCY)
 
-  def process(self, element, state=beam.DoFn.StateParam(PROGRESS),
-              clear=beam.DoFn.TimerParam(CLEAR)):
-    doc_id, report = element
-    progress = state.read() or _NO_PROGRESS
-    if progress.done or (report.arrival is not None
-                         and progress.arrival is not None):
-      if report.arrival is not None:
+  def process(self, element, state=beam.DoFn.StateParam(PROGRESS)):
+    _, batch = element
+    held = state.read()
+    progress = dict(zip(held.ids, held.items)) if held else {}
+    for doc_id, report in zip(batch.ids, batch.items):
+      before = progress.get(doc_id, _NO_PROGRESS)
+      if report.arrival is not None and before.arrival is not None:
         self._counters[metrics.STREAM_REDELIVERED].inc()
-      return
-    if report.arrival is not None:
-      progress = progress._replace(arrival=report.arrival)
+        continue
+      now = _merge(before, report)
+      if not now.done:
+        verdict = _verdict(doc_id, now)
+        if verdict is not None:
+          now = now._replace(done=True)
+          yield self._emit(verdict, now.arrival)
+      if now.done and _complete(now):
+        progress.pop(doc_id, None)
+      else:
+        progress[doc_id] = now
+    if progress:
+      state.write(ProgressBatch(tuple(progress), tuple(progress.values())))
     else:
-      progress = _gather(progress, report.answer)
-    verdict = _verdict(doc_id, progress)
-    if verdict is None:
-      state.write(progress)
-      return
-    state.write(_DONE)
-    arrival = progress.arrival
-    # Set only now: a late document's time may be behind the watermark
-    # already, and the timer must not clear its arrival before its verdict.
-    clear.set(to_timestamp(arrival.event_ms
-                           + self._config.allowed_lateness_ms))
+      state.clear()
+
+  def _emit(self, verdict, arrival):
     self._latency.update(max(0, int(time.time() * 1000) - arrival.arrived_ms))
     if verdict.verdict == LATE:
       self._counters[metrics.STREAM_LATE].inc()
-      yield beam.pvalue.TaggedOutput(LATE, verdict)
-    else:
-      self._counters[metrics.STREAM_KEPT if verdict.verdict == "kept"
-                     else metrics.STREAM_DUPLICATES].inc()
-      yield verdict
-
-  @on_timer(CLEAR)
-  def on_clear(self, state=beam.DoFn.StateParam(PROGRESS)):
-    state.clear()
+      return beam.pvalue.TaggedOutput(LATE, verdict)
+    self._counters[metrics.STREAM_KEPT if verdict.verdict == "kept"
+                   else metrics.STREAM_DUPLICATES].inc()
+    return verdict
 
 
 _NO_PROGRESS = Progress()
-_DONE = Progress(done=True)
+
+
+def _complete(progress: Progress) -> bool:
+  """Whether every answer a document expects came (then nothing more
+  does)."""
+  arrival = progress.arrival
+  return arrival is not None and bin(progress.bands).count("1") >= (
+      arrival.expect)
+
+
+def _merge(progress: Progress, report: Progress) -> Progress:
+  """``progress`` with a report: the arrival, or the answers of some bands
+  (bands already answered change nothing)."""
+  if report.arrival is not None:
+    return progress._replace(arrival=report.arrival)
+  new = report.bands & ~progress.bands
+  if not new:
+    return progress
+  progress = progress._replace(bands=progress.bands | new)
+  for answer in (report.late, report.best):
+    if answer is not None and (1 << answer.band) & new:
+      progress = _gather(progress._replace(bands=progress.bands & ~(
+          1 << answer.band)), answer)
+  return progress
 
 
 def _match_order(answer: Answer):

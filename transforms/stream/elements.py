@@ -16,6 +16,9 @@ from typing import NamedTuple, Optional, Tuple
 import apache_beam as beam
 import numpy as np
 
+from transforms.kernels.stream_shard import (MemberTable, SeenState,
+                                             ShardState)
+
 _FORMAT = 1
 _I64 = struct.Struct("<q")
 _U32 = struct.Struct("<I")
@@ -54,12 +57,6 @@ class Signed(NamedTuple):
   record: bytes
 
 
-class BandEntry(NamedTuple):
-  """One band of a signed document, keyed by its band key downstream."""
-  band: int
-  member: Member
-
-
 class Answer(NamedTuple):
   """A bucket's answer for one band of a document (see
   :mod:`transforms.kernels.stream` for ``kind``); ``other_id`` and
@@ -81,13 +78,6 @@ class Arrival(NamedTuple):
   arrived_ms: int
 
 
-class Report(NamedTuple):
-  """What a document's verdict gathers: exactly one of an :class:`Answer`
-  and its :class:`Arrival`."""
-  answer: Optional[Answer] = None
-  arrival: Optional[Arrival] = None
-
-
 class Verdict(NamedTuple):
   """The one decision per document: ``verdict`` is ``kept``, ``duplicate``
   (of ``duplicate_of``, with the similarity that verified it) or ``late``;
@@ -102,24 +92,12 @@ class Verdict(NamedTuple):
   record: bytes
 
 
-class BucketState(NamedTuple):
-  """All of one bucket's state in one cell (one state read and one write per
-  bundle and key, where a cell per field costs a runner round trip each)
-  but for waiting entries beyond the first few: its representative, its
-  clock (the latest event-time timer fired for it, None before the first),
-  the time its ``settle`` timer is set for, how many entries wait in all,
-  and the first of them (``waiting``; the others are in a bag)."""
-  rep: Optional[Member] = None
-  clock: Optional[int] = None
-  settle_at: Optional[int] = None
-  pending: int = 0
-  waiting: Tuple[BandEntry, ...] = ()
-
-
 class Progress(NamedTuple):
-  """One document's verdict state, in one cell: its arrival, the bands
-  that answered (a bit each), the best match and the first late answer so
-  far; ``done`` once its verdict went out (then nothing else is kept)."""
+  """What is known of one document's verdict: its arrival, the bands that
+  answered (a bit each), the best match and the first late answer so far;
+  ``done`` once its verdict went out. A shard of buckets sends one per
+  document and invocation (the answers it gave), Sign one with the
+  arrival; Verdicts merges them."""
   done: bool = False
   arrival: Optional[Arrival] = None
   bands: int = 0
@@ -127,13 +105,28 @@ class Progress(NamedTuple):
   late: Optional[Answer] = None
 
 
-class Seen(NamedTuple):
-  """What the job remembers of the first document under an id: its event
-  time and digests of its record and of its text, which tell a redelivery
-  (the same record) from another document reusing the id."""
-  event_ms: int
-  record_digest: bytes
-  text_digest: bytes
+class DocBatch(NamedTuple):
+  """Documents of one bundle and window for one shard of document ids,
+  each with its own timestamp (``micros[i]``, in microseconds)."""
+  docs: Tuple[StreamDocument, ...]
+  micros: np.ndarray
+
+
+class ProgressBatch(NamedTuple):
+  """Progress of many documents (``items[i]`` is ``ids[i]``'s): one element
+  per verdict shard and invocation, and a verdict shard's state."""
+  ids: Tuple[str, ...]
+  items: Tuple[Progress, ...]
+
+
+class ShardEntries(NamedTuple):
+  """The band entries of one bundle for one shard of buckets: entry i is
+  band ``bands[i]`` of member ``rows[i]`` of ``members`` (each document
+  once, with its signature), for the bucket of ``keys[i]``."""
+  keys: np.ndarray
+  bands: np.ndarray
+  rows: np.ndarray
+  members: MemberTable
 
 
 class StreamRejected(NamedTuple):
@@ -166,7 +159,12 @@ class _Writer:
     return self.blob(value.encode("utf-8"))
 
   def array(self, values: np.ndarray, dtype: str) -> "_Writer":
-    return self.blob(np.ascontiguousarray(values, dtype=dtype).tobytes())
+    # The array's own buffer, copied once, by done().
+    values = np.ascontiguousarray(values, dtype=dtype)
+    self.parts.append(_U32.pack(values.nbytes))
+    if values.nbytes:
+      self.parts.append(values.reshape(-1).data.cast("B"))
+    return self
 
   def done(self) -> bytes:
     return b"".join(self.parts)
@@ -203,6 +201,13 @@ class _Reader:
   def array(self, dtype: str) -> np.ndarray:
     return np.frombuffer(self.blob(), dtype=dtype).copy()
 
+  def view(self, dtype: str) -> np.ndarray:
+    """A read-only array over the encoded bytes (no copy)."""
+    size = _U32.unpack_from(self.data, self.pos)[0]
+    start = self.pos + 4
+    self.pos = start + size
+    return np.frombuffer(self.data[start:self.pos], dtype=dtype)
+
 
 def _write_member(w: _Writer, m: Member) -> _Writer:
   return (w.text(m.doc_id).i64(m.event_ms).array(m.signature, "<u4")
@@ -226,13 +231,22 @@ class _Coder(beam.coders.Coder):
     return hash(type(self))
 
 
-class MemberCoder(_Coder):
+class _FunctionsCoder(_Coder):
+  """A coder from a writer and a reader function (``WRITE``, ``READ``) of
+  one element type (``WHAT``, named in decoding errors)."""
 
-  def encode(self, value: Member) -> bytes:
-    return _write_member(_Writer(), value).done()
+  WHAT = ""
 
-  def decode(self, encoded: bytes) -> Member:
-    return _read_member(_Reader(encoded, "Member"))
+  def encode(self, value) -> bytes:
+    return type(self).WRITE(_Writer(), value).done()
+
+  def decode(self, encoded: bytes):
+    return type(self).READ(_Reader(encoded, self.WHAT))
+
+
+class MemberCoder(_FunctionsCoder):
+  WHAT, WRITE, READ = "Member", staticmethod(_write_member), staticmethod(
+      _read_member)
 
 
 class SignedCoder(_Coder):
@@ -247,28 +261,6 @@ class SignedCoder(_Coder):
     return Signed(_read_member(r), r.array("<u8"), r.text(), r.blob())
 
 
-class BandEntryCoder(_Coder):
-
-  def encode(self, value: BandEntry) -> bytes:
-    return _write_member(_Writer().i64(value.band), value.member).done()
-
-  def decode(self, encoded: bytes) -> BandEntry:
-    r = _Reader(encoded, "BandEntry")
-    return BandEntry(r.i64(), _read_member(r))
-
-
-_ANSWER, _ARRIVAL = 0, 1
-
-
-class AnswerCoder(_Coder):
-
-  def encode(self, value: Answer) -> bytes:
-    return _write_answer(_Writer(), value).done()
-
-  def decode(self, encoded: bytes) -> Answer:
-    return _read_answer(_Reader(encoded, "Answer"))
-
-
 def _write_answer(w: _Writer, a: Answer) -> _Writer:
   return (w.i64(a.band).i64(a.kind).text(a.other_id).i64(a.other_ms)
           .f64(a.similarity))
@@ -278,13 +270,9 @@ def _read_answer(r: _Reader) -> Answer:
   return Answer(r.i64(), r.i64(), r.text(), r.i64(), r.f64())
 
 
-class ArrivalCoder(_Coder):
-
-  def encode(self, value: Arrival) -> bytes:
-    return _write_arrival(_Writer(), value).done()
-
-  def decode(self, encoded: bytes) -> Arrival:
-    return _read_arrival(_Reader(encoded, "Arrival"))
+class AnswerCoder(_FunctionsCoder):
+  WHAT, WRITE, READ = "Answer", staticmethod(_write_answer), staticmethod(
+      _read_answer)
 
 
 def _write_arrival(w: _Writer, a: Arrival) -> _Writer:
@@ -296,18 +284,9 @@ def _read_arrival(r: _Reader) -> Arrival:
   return Arrival(r.i64(), r.i64(), r.text(), r.blob(), r.i64())
 
 
-class ReportCoder(_Coder):
-
-  def encode(self, value: Report) -> bytes:
-    if value.answer is not None:
-      return _write_answer(_Writer().i64(_ANSWER), value.answer).done()
-    return _write_arrival(_Writer().i64(_ARRIVAL), value.arrival).done()
-
-  def decode(self, encoded: bytes) -> Report:
-    r = _Reader(encoded, "Report")
-    if r.i64() == _ANSWER:
-      return Report(answer=_read_answer(r))
-    return Report(arrival=_read_arrival(r))
+class ArrivalCoder(_FunctionsCoder):
+  WHAT, WRITE, READ = "Arrival", staticmethod(_write_arrival), staticmethod(
+      _read_arrival)
 
 
 class StreamDocumentCoder(_Coder):
@@ -346,72 +325,126 @@ class VerdictCoder(_Coder):
                    None if similarity != similarity else similarity, r.blob())
 
 
-def _write_optional_int(w: _Writer, value: Optional[int]) -> _Writer:
-  return w.i64(_NONE if value is None else value)
+def _write_progress(w: _Writer, value: Progress) -> _Writer:
+  w.i64(int(value.done))
+  w.blob(value.bands.to_bytes((value.bands.bit_length() + 7) // 8, "little"))
+  w.i64(int(value.arrival is not None))
+  if value.arrival is not None:
+    _write_arrival(w, value.arrival)
+  for answer in (value.best, value.late):
+    w.i64(int(answer is not None))
+    if answer is not None:
+      _write_answer(w, answer)
+  return w
 
 
-def _read_optional_int(r: _Reader) -> Optional[int]:
-  value = r.i64()
-  return None if value == _NONE else value
+def _read_progress(r: _Reader) -> Progress:
+  done, bands = bool(r.i64()), int.from_bytes(r.blob(), "little")
+  arrival = _read_arrival(r) if r.i64() else None
+  best = _read_answer(r) if r.i64() else None
+  late = _read_answer(r) if r.i64() else None
+  return Progress(done, arrival, bands, best, late)
 
 
-class BucketStateCoder(_Coder):
+class ProgressCoder(_FunctionsCoder):
+  WHAT, WRITE, READ = "Progress", staticmethod(_write_progress), staticmethod(
+      _read_progress)
 
-  def encode(self, value: BucketState) -> bytes:
+
+class ProgressBatchCoder(_Coder):
+
+  def encode(self, value: ProgressBatch) -> bytes:
+    w = _Writer().i64(len(value.ids))
+    for doc_id, progress in zip(value.ids, value.items):
+      _write_progress(w.text(doc_id), progress)
+    return w.done()
+
+  def decode(self, encoded: bytes) -> ProgressBatch:
+    r = _Reader(encoded, "ProgressBatch")
+    ids, items = [], []
+    for _ in range(r.i64()):
+      ids.append(r.text())
+      items.append(_read_progress(r))
+    return ProgressBatch(tuple(ids), tuple(items))
+
+
+def _write_table(w: _Writer, t: MemberTable) -> _Writer:
+  w.i64(len(t)).i64(t.signatures.shape[1]).blob(t.id_bytes)
+  w.array(t.id_offsets, "<i8").array(t.event_ms, "<i8")
+  w.array(t.signatures, "<u4").array(t.shingles, "<u8")
+  return w.array(t.offsets, "<i8")
+
+
+def _read_table(r: _Reader) -> MemberTable:
+  m, k = r.i64(), r.i64()
+  return MemberTable(r.blob(), r.view("<i8"), r.view("<i8"),
+                     r.view("<u4").reshape(m, k), r.view("<u8"),
+                     r.view("<i8"))
+
+
+class MemberTableCoder(_FunctionsCoder):
+  WHAT, WRITE, READ = "MemberTable", staticmethod(_write_table), staticmethod(
+      _read_table)
+
+
+class ShardEntriesCoder(_Coder):
+
+  def encode(self, value: ShardEntries) -> bytes:
+    w = (_Writer().array(value.keys, "<u8").array(value.bands, "<i8")
+         .array(value.rows, "<i8"))
+    return _write_table(w, value.members).done()
+
+  def decode(self, encoded: bytes) -> ShardEntries:
+    r = _Reader(encoded, "ShardEntries")
+    return ShardEntries(r.view("<u8"), r.view("<i8"), r.view("<i8"),
+                        _read_table(r))
+
+
+_SHARD_DTYPES = ("<u8",) + ("<i8",) * 5 + ("<u8", "<i8", "<i8")
+
+
+class ShardStateCoder(_Coder):
+
+  def encode(self, value: ShardState) -> bytes:
     w = _Writer()
-    _write_optional_int(w, value.clock)
-    _write_optional_int(w, value.settle_at)
-    w.i64(value.pending).i64(int(value.rep is not None))
-    if value.rep is not None:
-      _write_member(w, value.rep)
-    w.i64(len(value.waiting))
-    for entry in value.waiting:
-      _write_member(w.i64(entry.band), entry.member)
+    for values, dtype in zip(value, _SHARD_DTYPES):
+      w.array(values, dtype)
     return w.done()
 
-  def decode(self, encoded: bytes) -> BucketState:
-    r = _Reader(encoded, "BucketState")
-    clock, settle_at = _read_optional_int(r), _read_optional_int(r)
-    pending, has_rep = r.i64(), r.i64()
-    rep = _read_member(r) if has_rep else None
-    waiting = tuple(BandEntry(r.i64(), _read_member(r))
-                    for _ in range(r.i64()))
-    return BucketState(rep, clock, settle_at, pending, waiting)
+  def decode(self, encoded: bytes) -> ShardState:
+    r = _Reader(encoded, "ShardState")
+    return ShardState(*(r.view(dtype) for dtype in _SHARD_DTYPES))
 
 
-class ProgressCoder(_Coder):
+class DocBatchCoder(_Coder):
 
-  def encode(self, value: Progress) -> bytes:
-    w = _Writer().i64(int(value.done))
-    w.blob(value.bands.to_bytes((value.bands.bit_length() + 7) // 8,
-                                "little"))
-    w.i64(int(value.arrival is not None))
-    if value.arrival is not None:
-      _write_arrival(w, value.arrival)
-    for answer in (value.best, value.late):
-      w.i64(int(answer is not None))
-      if answer is not None:
-        _write_answer(w, answer)
-    return w.done()
+  def encode(self, value: DocBatch) -> bytes:
+    w = _Writer().i64(len(value.docs))
+    for d in value.docs:
+      w.text(d.doc_id).text(d.text).blob(d.record)
+    return w.array(value.micros, "<i8").done()
 
-  def decode(self, encoded: bytes) -> Progress:
-    r = _Reader(encoded, "Progress")
-    done, bands = bool(r.i64()), int.from_bytes(r.blob(), "little")
-    arrival = _read_arrival(r) if r.i64() else None
-    best = _read_answer(r) if r.i64() else None
-    late = _read_answer(r) if r.i64() else None
-    return Progress(done, arrival, bands, best, late)
+  def decode(self, encoded: bytes) -> DocBatch:
+    r = _Reader(encoded, "DocBatch")
+    docs = tuple(StreamDocument(r.text(), r.text(), r.blob())
+                 for _ in range(r.i64()))
+    return DocBatch(docs, r.array("<i8"))
 
 
-class SeenCoder(_Coder):
+class SeenStateCoder(_Coder):
 
-  def encode(self, value: Seen) -> bytes:
-    return (_Writer().i64(value.event_ms).blob(value.record_digest)
-            .blob(value.text_digest).done())
+  def encode(self, value: SeenState) -> bytes:
+    return (_Writer().array(value.hashes, "<u8").blob(value.id_bytes)
+            .array(value.id_offsets, "<i8").array(value.event_ms, "<i8")
+            .array(value.record_digests, "u1")
+            .array(value.text_digests, "u1")
+            .array(value.forget_at, "<i8").done())
 
-  def decode(self, encoded: bytes) -> Seen:
-    r = _Reader(encoded, "Seen")
-    return Seen(r.i64(), r.blob(), r.blob())
+  def decode(self, encoded: bytes) -> SeenState:
+    r = _Reader(encoded, "SeenState")
+    return SeenState(r.view("<u8"), r.blob(), r.view("<i8"), r.view("<i8"),
+                     r.view("u1").reshape(-1, 16),
+                     r.view("u1").reshape(-1, 16), r.view("<i8"))
 
 
 class StreamRejectedCoder(_Coder):
@@ -427,10 +460,13 @@ class StreamRejectedCoder(_Coder):
 
 for _type, _coder in ((StreamDocument, StreamDocumentCoder),
                       (Member, MemberCoder), (Signed, SignedCoder),
-                      (BandEntry, BandEntryCoder), (Answer, AnswerCoder),
-                      (Arrival, ArrivalCoder), (Report, ReportCoder),
-                      (Verdict, VerdictCoder),
-                      (BucketState, BucketStateCoder),
-                      (Progress, ProgressCoder), (Seen, SeenCoder),
+                      (Answer, AnswerCoder), (Arrival, ArrivalCoder),
+                      (Verdict, VerdictCoder), (Progress, ProgressCoder),
+                      (ProgressBatch, ProgressBatchCoder),
+                      (MemberTable, MemberTableCoder),
+                      (ShardEntries, ShardEntriesCoder),
+                      (ShardState, ShardStateCoder),
+                      (DocBatch, DocBatchCoder),
+                      (SeenState, SeenStateCoder),
                       (StreamRejected, StreamRejectedCoder)):
   beam.coders.registry.register_coder(_type, _coder)
