@@ -430,7 +430,9 @@ class _WriteBundleFn(beam.DoFn):
 def main(argv: Optional[List[str]] = None) -> int:
   """Runs the streaming job; returns the exit code (0 ok, 2 bad arguments).
   Returns when the input is exhausted (files), the watch stops, or, with
-  ``--no_wait_until_finish`` (templates), once the job is submitted."""
+  ``--no_wait_until_finish`` (templates), once the job is submitted; a
+  checkpointed Flink job (``--checkpointing_interval``) runs until
+  cancelled."""
   argv = list(sys.argv[1:] if argv is None else argv)
   if "--help" in argv or "-h" in argv:
     # pylint: disable=protected-access
