@@ -14,6 +14,10 @@
 # manifest names that Main-Class and lists the jars on its Class-Path is what
 # --flink_job_server_jar takes (Beam runs `java -jar` on it). The CLI finds
 # it by itself for --runner FlinkRunner, so Beam never tries to download one.
+# Its manifest also opens java.util and java.lang (Add-Opens, what `java -jar`
+# reads): on Java 17 a checkpoint of a stable-input stage (a checkpointed
+# streaming job's file sink) fails without them (Kryo writes a
+# java.util.Arrays$ArrayList). The cluster's JVMs take Flink's own opens.
 #
 # The submission jar (cluster mode) is the base --flink_submit_uber_jar copies
 # the pipeline into: its manifest starts FlinkPipelineRunner on the JobManager
@@ -33,6 +37,7 @@ SERVER="$CACHE/flink/beam-$BEAM_FLINK_RUNNER-flink-$FLINK_MINOR"
 JAR="$SERVER/beam-flink-job-server.jar"
 SUBMIT_JAR="$SERVER/beam-flink-submit.jar"
 HOME_DIR="$CACHE/flink/flink-$FLINK"
+SERVER_OPENS="java.base/java.util java.base/java.lang"
 
 need() {
   command -v "$1" >/dev/null 2>&1 || {
@@ -67,7 +72,7 @@ POM
       -DoutputDirectory="$tmp/server/jars" >&2
   local entries=()
   for j in "$tmp"/server/jars/*.jar; do entries+=("jars/$(basename "$j")"); done
-  manifest_jar "$tmp/server/beam-flink-job-server.jar" \
+  ADD_OPENS="$SERVER_OPENS" manifest_jar "$tmp/server/beam-flink-job-server.jar" \
       org.apache.beam.runners.flink.FlinkJobServerDriver "${entries[@]}"
   # Moved into place last: an interrupted run never leaves a half install.
   rm -rf "$SERVER"
@@ -75,8 +80,8 @@ POM
 }
 
 # manifest_jar JAR MAIN_CLASS CLASS_PATH_ENTRY...: a jar holding only a
-# manifest, written beside JAR and moved over it (a JVM reading the old one
-# keeps its copy).
+# manifest (with an Add-Opens line when ADD_OPENS is set), written beside JAR
+# and moved over it (a JVM reading the old one keeps its copy).
 manifest_jar() {
   local jar_path="$1" main="$2"
   shift 2
@@ -85,6 +90,7 @@ manifest_jar() {
   {
     echo "Manifest-Version: 1.0"
     echo "Main-Class: $main"
+    if [[ -n "${ADD_OPENS:-}" ]]; then echo "Add-Opens: $ADD_OPENS"; fi
     echo "Class-Path: $1"
     shift
     for entry in "$@"; do echo "  $entry"; done
@@ -98,19 +104,22 @@ manifest_jar() {
 # Jars written before 2026-12-03 also listed "." (the jar's folder) on their
 # Class-Path; Beam stages every Class-Path entry for a remote --flink_master
 # and fails on that folder ("FileNotFoundException: ... (Is a directory)").
-fix_job_server_class_path() {
-  python3 - "$JAR" <<'PY' || return 0
+# Jars written before 2026-12-04 lack the Add-Opens line.
+fix_job_server_manifest() {
+  python3 - "$JAR" "$SERVER_OPENS" <<'PY' || return 0
 import sys, zipfile
 text = zipfile.ZipFile(sys.argv[1]).read("META-INF/MANIFEST.MF").decode()
 text = text.replace("\r\n", "\n").replace("\n ", "")
-line = next(l for l in text.splitlines() if l.startswith("Class-Path:"))
-sys.exit(0 if "." in line.split()[1:] else 1)
+fields = dict(l.split(": ", 1) for l in text.splitlines() if ": " in l)
+stale = ("." in fields["Class-Path"].split()
+         or fields.get("Add-Opens") != sys.argv[2])
+sys.exit(0 if stale else 1)
 PY
   need jar "the JDK's jar tool rewrites the job server's manifest"
   local entries=()
   for j in "$SERVER"/jars/*.jar; do entries+=("jars/$(basename "$j")"); done
-  manifest_jar "$JAR" org.apache.beam.runners.flink.FlinkJobServerDriver \
-      "${entries[@]}"
+  ADD_OPENS="$SERVER_OPENS" manifest_jar "$JAR" \
+      org.apache.beam.runners.flink.FlinkJobServerDriver "${entries[@]}"
 }
 
 install_submit_jar() {
@@ -153,9 +162,9 @@ install_cluster() {
 }
 
 install_job_server
+fix_job_server_manifest
 if [[ "$WHAT" == cluster ]]; then
   install_cluster
-  fix_job_server_class_path
   install_submit_jar
   echo "$HOME_DIR"
 else

@@ -323,6 +323,21 @@ class FlinkSessionCluster:
                                 timeout=30) as response:
       return json.load(response)
 
+  def cancel_job(self, jid: str) -> None:
+    """Cancels job ``jid`` (``PATCH /jobs/<id>?mode=cancel``: Beam's own
+    cancel of a portable job reports CANCELLED and leaves the Flink job
+    running) and waits until Flink reports it CANCELED."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{self.rest_port}/jobs/{jid}?mode=cancel",
+        method="PATCH")
+    with urllib.request.urlopen(request, timeout=30):
+      pass
+    deadline = time.monotonic() + 60
+    while self.rest(f"/jobs/{jid}")["state"] not in ("CANCELED", "FAILED"):
+      if time.monotonic() > deadline:
+        raise TimeoutError(f"job {jid} not cancelled after 60 s")
+      time.sleep(0.2)
+
   def log_tails(self) -> str:
     """The ends of both JVMs' logs."""
     return "\n".join(s.log_tail()

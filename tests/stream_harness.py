@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
 import uuid
 from typing import Dict, List, Sequence, Tuple
 
@@ -132,3 +133,24 @@ def read_rows(folder) -> List[dict]:
     with open(path, encoding="utf-8") as f:
       rows += [json.loads(line) for line in f]
   return rows
+
+
+def wait_for_rows(folder, count: int, timeout_s: float, alive=None,
+                  hold_s: float = 0.0) -> float:
+  """Waits until the JSON rows under ``folder`` (see :func:`read_rows`)
+  number at least ``count``, then ``hold_s`` more (so that a late extra
+  copy would show); returns the seconds until ``count``. Raises if that
+  takes over ``timeout_s`` or ``alive()`` (the job's process) turns
+  false."""
+  began = time.monotonic()
+  while len(read_rows(folder)) < count:
+    if alive is not None and not alive():
+      raise AssertionError(f"the job exited with {len(read_rows(folder))}"
+                           f" of {count} rows in {folder}")
+    if time.monotonic() - began > timeout_s:
+      raise TimeoutError(f"{len(read_rows(folder))} of {count} rows in"
+                         f" {folder} after {timeout_s}s")
+    time.sleep(0.5)
+  reached = time.monotonic() - began
+  time.sleep(hold_s)
+  return reached

@@ -7,15 +7,18 @@ end-to-end suite also runs on embedded Flink in the engine tier
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from pipeline import cli, engines
 from tests import engines as engine_tier
+from tests import services
 from tests.corpus import seed_corpus, tree_bytes
-from tests.stream_harness import read_rows
+from tests.stream_harness import read_rows, wait_for_rows
 
 # The engine tests' corpus fixture and job flags, shared so both engines are
 # checked on the same job.
@@ -123,27 +126,91 @@ def test_streaming_flink_runner_without_job_server_exits_2(
   assert not (tmp_path / "out").exists()
 
 
-def test_streaming_file_job_on_flink_gives_the_direct_runners_verdicts(
-    tmp_path):
-  """Every document of a file input gets the verdict it gets on the
-  BundleBasedDirectRunner (streaming on embedded Flink, no checkpoints)."""
+STREAM_ARGS = ["--event_time_field", "ts", "--settle", "1s",
+               "--output_window", "1m"]
+# Checkpointed jobs: the interval, and how long the test waits after the
+# last verdict for an extra copy to show (three checkpoints).
+CHECKPOINT_MS = 1000
+HOLD_S = 3.0
+
+
+def _verdicts(folder):
+  return {r["id"]: (r["verdict"], r["duplicate_of"])
+          for r in read_rows(folder / "verdicts")}
+
+
+@pytest.fixture(scope="module")
+def stream_docs(tmp_path_factory):
+  """A JSONL file of seed-style documents with event times and the
+  BundleBasedDirectRunner's verdicts for it (id -> (verdict, of))."""
   engine_tier.require_flink_job_server()
+  folder = tmp_path_factory.mktemp("flink-stream")
   texts, _ = seed_corpus(n_base=120, edit_frac=0.02, seed=4)
-  with open(tmp_path / "docs.jsonl", "w", encoding="utf-8") as f:
+  path = folder / "docs.jsonl"
+  with open(path, "w", encoding="utf-8") as f:
     f.writelines(json.dumps({"id": f"d{i}", "text": t, "ts": 1000 + i}) + "\n"
                  for i, t in enumerate(texts))
-  args = ["-m", "pipeline", "--streaming", "--input",
-          str(tmp_path / "docs.jsonl"), "--event_time_field", "ts",
-          "--settle", "1s", "--output_window", "1m"]
-  verdicts = {}
-  for name, runner in (("direct", []), ("flink", [
-      "--runner", "FlinkRunner", "--environment_type", "LOOPBACK"])):
-    done = subprocess.run(
-        [sys.executable, *args, "--output", str(tmp_path / name), *runner],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    verdicts[name] = {r["id"]: (r["verdict"], r["duplicate_of"])
-                      for r in read_rows(tmp_path / name / "verdicts")}
-  assert len(verdicts["flink"]) == len(texts)
-  assert verdicts["flink"] == verdicts["direct"]
-  assert any(v == "duplicate" for v, _ in verdicts["flink"].values())
+  done = subprocess.run(
+      [sys.executable, "-m", "pipeline", "--streaming", "--input", str(path),
+       *STREAM_ARGS, "--output", str(folder / "direct")], cwd=ROOT,
+      capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  direct = _verdicts(folder / "direct")
+  assert len(direct) == len(texts)
+  assert any(v == "duplicate" for v, _ in direct.values())
+  return str(path), direct
+
+
+def test_streaming_file_job_on_flink_gives_the_direct_runners_verdicts(
+    tmp_path, stream_docs):
+  """Every document of a file input gets the verdict it gets on the
+  BundleBasedDirectRunner (streaming on embedded Flink, no checkpoints)."""
+  path, direct = stream_docs
+  done = subprocess.run(
+      [sys.executable, "-m", "pipeline", "--streaming", "--input", path,
+       *STREAM_ARGS, "--output", str(tmp_path / "flink"), "--runner",
+       "FlinkRunner", "--environment_type", "LOOPBACK"],
+      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert _verdicts(tmp_path / "flink") == direct
+
+
+def test_checkpointed_streaming_on_flink_writes_each_verdict_once(
+    tmp_path, stream_docs):
+  """With --checkpointing_interval on embedded Flink, every document gets
+  exactly one verdict line, the BundleBasedDirectRunner's, and no line more
+  appears over the next checkpoints. The job runs until cancelled (a
+  checkpointed Flink job keeps its sources): the test stops the CLI's
+  process group, the job server Beam started with it included."""
+  jar = engine_tier.require_flink_job_server()
+  path, direct = stream_docs
+  before = _job_server_pids(jar)
+  out = tmp_path / "flink"
+  log = open(tmp_path / "cli.log", "wb")
+  began = time.monotonic()
+  cli = subprocess.Popen(
+      [sys.executable, "-m", "pipeline", "--streaming", "--input", path,
+       *STREAM_ARGS, "--output", str(out), "--runner", "FlinkRunner",
+       "--environment_type", "LOOPBACK", "--checkpointing_interval",
+       str(CHECKPOINT_MS)], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+      stderr=subprocess.STDOUT, start_new_session=True)
+  try:
+    first = wait_for_rows(out / "verdicts", len(direct), 300,
+                          alive=lambda: cli.poll() is None, hold_s=HOLD_S)
+  finally:
+    log.close()
+    if cli.poll() is None:
+      os.killpg(cli.pid, signal.SIGTERM)
+    left = services.wait_group_gone(cli.pid, 30)
+    if left:
+      os.killpg(cli.pid, signal.SIGKILL)
+    cli.wait()
+  rows = read_rows(out / "verdicts")
+  assert sorted(r["id"] for r in rows) == sorted(direct)
+  assert _verdicts(out) == direct
+  kept = sorted(i for i, (v, _) in direct.items() if v == "kept")
+  assert sorted(r["id"] for r in read_rows(out / "deduped")) == kept
+  assert left == [] and _job_server_pids(jar) - before == set()
+  print(f"\ncheckpointed embedded Flink: {len(direct)} docs, every verdict"
+        f" {first:.1f} s after the CLI started (checkpoint every"
+        f" {CHECKPOINT_MS} ms)")

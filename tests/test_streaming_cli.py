@@ -48,6 +48,16 @@ def write_docs(path, rows):
     (["--input", "{tmp}/docs.jsonl", "--output", "{tmp}/out", "--runner",
       "BundleBasedDirectRunner", "--watch_interval", "5"],
      "needs a runner with splittable DoFns"),
+    (["--input", "{tmp}/docs.jsonl", "--output", "{tmp}/out",
+      "--checkpointing_interval", "10000"], "is a Flink runner option"),
+    *((["--input", "{tmp}/docs.jsonl", "--output", "{tmp}/out", "--runner",
+        "FlinkRunner", "--checkpointing_interval", value],
+      "an integer >= 10") for value in ("10s", "0", "-1", "5", "1e4")),
+    (["--input", "{tmp}/docs.jsonl", "--output", "{tmp}/out", "--runner",
+      "FlinkRunner", "--checkpointing_interval"], "an integer >= 10"),
+    (["--input", "{tmp}/docs.jsonl", "--output", "{tmp}/out", "--runner",
+      "FlinkRunner", "--checkpointing_interval", "10000",
+      "--shutdown_sources_after_idle_ms", "5000"], "runs until cancelled"),
 ])
 def test_bad_arguments_fail_before_the_job_starts(tmp_path, capsys, args,
                                                   message):
