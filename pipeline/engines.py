@@ -15,12 +15,16 @@ from typing import List, Optional
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (FlinkRunnerOptions,
-                                                  PipelineOptions)
+                                                  PipelineOptions,
+                                                  StandardOptions)
 
 BEAM_VERSION = beam.__version__
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTALL_PRISM = "scripts/install_prism.sh"
 INSTALL_FLINK = "scripts/install_flink.sh"
+# What configure_flink sets --runner to: Beam's FlinkRunner, polling an
+# uber-jar job's state at least every 3 s.
+FLINK_RUNNER = "pipeline.flink_runner.FlinkRunner"
 FLINK_VERSIONS_FILE = os.path.join(ROOT, "templates", "flink", "versions.env")
 
 
@@ -137,12 +141,15 @@ def missing_flink_reason(cluster: bool = False) -> str:
 def configure_flink(opts: PipelineOptions) -> None:
   """Points FlinkRunner at the cached job server (with
   ``--flink_submit_uber_jar``: the cached submission jar) and its Flink
-  version.
+  version, and sets the runner to ``FLINK_RUNNER`` (Beam's FlinkRunner,
+  seeing an uber-jar job's end within 3 s).
 
   Raises:
     ValueError: no such jar is given or cached, or --flink_version differs
       from the cached jars' Flink.
   """
+  # Imported by Beam only when the job is built.
+  opts.view_as(StandardOptions).runner = FLINK_RUNNER
   flink = opts.view_as(FlinkRunnerOptions)
   uber = flink.flink_submit_uber_jar
   if not flink.flink_job_server_jar:

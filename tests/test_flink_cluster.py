@@ -12,6 +12,7 @@ parent-first, so that ``--environment_cache_millis`` keeps one SDK worker
 per slot for the whole job. The figures printed (``pytest -s``) are those of
 ``templates/flink/README.md``'s "Session cluster, as tested"."""
 
+import json
 import os
 import subprocess
 import sys
@@ -165,3 +166,37 @@ def test_session_cluster_job_is_byte_identical_to_fnapi_and_stops(
         f" {flink_s:.1f} s (FnApiRunner {fnapi_s:.1f} s); RSS JobManager"
         f" {rss['jobmanager']:.0f} MiB, TaskManager"
         f" {rss['taskmanager']:.0f} MiB")
+
+
+def test_flink_cores_bench_compares_both_runners_and_stops_its_cluster(
+    tmp_path):
+  """bench/flink_cores.py at a tiny size: both runners run on the same
+  corpus, the outputs compare identical, the ratio is Flink's wall over
+  FnApiRunner's, and no process of its cluster or worker pool is left."""
+  engine_tier.require_flink_cluster()
+  work = tmp_path / "work"
+  out = tmp_path / "results.json"
+  done = subprocess.run(
+      [sys.executable, "bench/flink_cores.py", "--docs", "3000", "--files",
+       "2", "--runs", "1", "--warmup-docs", "0", "--work", str(work),
+       "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+      timeout=JOB_TIMEOUT_S + START_TIMEOUT_S)
+  assert done.returncode == 0, done.stderr[-3000:]
+  results = json.loads(out.read_text())
+  [run] = results["runs"]
+  assert run["identical_outputs"] is True
+  assert run["flink"]["state"] == "FINISHED"
+  assert run["flink"]["vertices"] > 0 and run["flink"]["cpu_s"]["jobmanager"] > 0
+  assert run["ratio"] == round(run["flink"]["wall_s"] / run["fnapi"]["wall_s"],
+                               3)
+  assert results["must"] == (results["ratio"] <= 1.0)
+  assert "target must (<= 1.0x)" in done.stdout
+  # Every process it started (JVMs, pool, SDK workers) logged under --work.
+  left = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      if os.readlink(f"/proc/{pid}/fd/1").startswith(str(work)):
+        left.append(pid)
+    except OSError:
+      pass
+  assert left == []
