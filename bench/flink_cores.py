@@ -102,13 +102,12 @@ def run_cli(argv: List[str], pinned_cpu: Optional[int] = None) -> dict:
       preexec_fn=(lambda: os.sched_setaffinity(0, {pinned_cpu}))
       if pinned_cpu is not None else None)
   sampler = TreeRssSampler(proc.pid, interval_s=0.2)
-  out, err = proc.communicate()
+  _, err = proc.communicate()
   wall = time.monotonic() - began
   sampler.stop()
   if proc.returncode != 0:
     raise RuntimeError(f"pipeline exited {proc.returncode}:\n{err[-4000:]}")
-  return {"wall_s": round(wall, 2), "peak_rss_mb": sampler.peak_mb,
-          "stdout": out}
+  return {"wall_s": round(wall, 2), "peak_rss_mb": sampler.peak_mb}
 
 
 def flink_job(cluster: services.FlinkSessionCluster) -> dict:
@@ -233,8 +232,6 @@ def _one_run(run, pattern: str, work: str,
   ours, theirs = tree_bytes(out), tree_bytes(ref)
   identical = sorted(ours) == sorted(theirs) and all(
       ours[n] == theirs[n] for n in theirs)
-  for result in (fnapi, flink):
-    result.pop("stdout")
   shutil.rmtree(ref)
   shutil.rmtree(out)
   return {"fnapi": fnapi, "flink": flink, "identical_outputs": identical,
