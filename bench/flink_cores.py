@@ -111,13 +111,16 @@ def run_cli(argv: List[str], pinned_cpu: Optional[int] = None) -> dict:
 
 
 def flink_job(cluster: services.FlinkSessionCluster) -> dict:
-  """The newest job on ``cluster``: duration, vertex count and the vertices
-  that ran longest."""
+  """The newest job on ``cluster``: duration, vertex count, whether Flink
+  reused objects between chained operators (what ``--object_reuse`` asks
+  for) and the vertices that ran longest."""
   jobs = sorted(cluster.rest("/jobs/overview")["jobs"],
                 key=lambda j: j["start-time"])
   job = cluster.rest(f"/jobs/{jobs[-1]['jid']}")
+  config = cluster.rest(f"/jobs/{jobs[-1]['jid']}/config")
   vertices = sorted(job["vertices"], key=lambda v: -v["duration"])
   return {"state": job["state"], "job_s": job["duration"] / 1000,
+          "object_reuse": config["execution-config"]["object-reuse-mode"],
           "vertices": len(job["vertices"]),
           "start_time": job["start-time"] / 1000,
           "end_time": job["end-time"] / 1000,
@@ -138,6 +141,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                       help="documents of the unmeasured first job on the"
                            " cluster (0: none)")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--flink-option", action="append", default=[],
+                      metavar="OPTION",
+                      help="a pipeline option for the Flink job only, e.g."
+                           " --flink-option=--object_reuse=true (repeatable;"
+                           " Beam's uber-jar submission passes options it"
+                           " does not know to the Java runner)")
   parser.add_argument("--out", default=None, help="results JSON file")
   parser.add_argument("--work", default=None,
                       help="folder for the corpus, outputs and the cluster"
@@ -168,6 +177,7 @@ def _bench(args, home: str, work: str) -> int:
       taskmanager_settings=TASKMANAGER_SETTINGS)
   results: Dict[str, object] = {
       "docs": args.docs, "files": args.files, "job_args": JOB_ARGS,
+      "flink_options": args.flink_option,
       "load_before": os.getloadavg()[0], "runs": []}
   with cluster.start(180):
     results["cluster_start_s"] = round(cluster.startup_s, 1)
@@ -179,9 +189,11 @@ def _bench(args, home: str, work: str) -> int:
         os.makedirs(warm)
         results["warmup"] = _one_run(
             "warmup", write_corpus(warm, args.warmup_docs, args.files,
-                                   args.seed), work, cluster, pool)
+                                   args.seed), work, cluster, pool,
+            args.flink_option)
       for run in range(args.runs):
-        results["runs"].append(_one_run(run, pattern, work, cluster, pool))
+        results["runs"].append(_one_run(run, pattern, work, cluster, pool,
+                                        args.flink_option))
     finally:
       pool.stop()
   results["load_after"] = os.getloadavg()[0]
@@ -201,7 +213,7 @@ def _bench(args, home: str, work: str) -> int:
 
 def _one_run(run, pattern: str, work: str,
              cluster: services.FlinkSessionCluster,
-             pool: services.Service) -> dict:
+             pool: services.Service, flink_options: List[str]) -> dict:
   ref = os.path.join(work, f"fnapi-{run}")
   out = os.path.join(work, f"flink-{run}")
   fnapi = run_cli(["--input", pattern, "--output", ref, *JOB_ARGS,
@@ -217,7 +229,7 @@ def _one_run(run, pattern: str, work: str,
       "--environment_type", "EXTERNAL", "--environment_config",
       f"localhost:{pool.port}", "--parallelism", str(SLOTS),
       "--sdk_worker_parallelism", str(SLOTS), "--environment_cache_millis",
-      str(ENVIRONMENT_CACHE_MS)])
+      str(ENVIRONMENT_CACHE_MS), *flink_options])
   ended = time.time()
   flink.update(flink_job(cluster))
   flink["cli_to_job_start_s"] = round(flink.pop("start_time") - submitted, 1)

@@ -1,5 +1,6 @@
 """Exact-substring kernels against a suffix-array oracle (pydivsufsort)."""
 
+import functools
 import lzma
 import json
 import pathlib
@@ -14,36 +15,52 @@ from transforms.kernels import substrings as sk
 LICENCES = pathlib.Path(__file__).parent / "data" / "licence_corpus.jsonl.xz"
 
 
-def oracle(texts, threshold, strike):
-  """Struck positions per document from a suffix array of the corpus: the
-  documents' bytes (0..255) back to back, each followed by its own
-  separator (256 + its index), so no common prefix crosses a boundary.
-  Suffixes whose LCP with a neighbour is >= T form the classes of equal
-  T-byte windows; ``all`` strikes ``[s, s + T)`` of every member, ``later``
-  of every member but the one earliest in the text."""
-  pieces, where = [], []
+@functools.lru_cache(maxsize=2)
+def suffix_array(texts):
+  """The corpus for the oracle: the documents' bytes (0..255) back to back,
+  each followed by its own separator (256 + its index), so no common prefix
+  crosses a boundary; its suffix array, LCP array (``lcp[i]``: of suffixes
+  ``sa[i]`` and ``sa[i + 1]``) and each document's start. Neither depends on
+  the threshold or the mode, so one build serves every check of a corpus."""
+  sizes = np.array([len(t) for t in texts], dtype=np.int64)
+  starts = np.cumsum(sizes + 1) - (sizes + 1)
+  s = np.empty(int((sizes + 1).sum()), dtype=np.int64)
   for d, text in enumerate(texts):
-    pieces.append(np.frombuffer(text, dtype=np.uint8).astype(np.int64))
-    pieces.append(np.array([256 + d], dtype=np.int64))
-    where.extend((d, o) for o in range(len(text) + 1))
-  s = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-  marks = [np.zeros(len(t), dtype=bool) for t in texts]
-  if len(s) == 0:
-    return marks
-  sa = divsufsort(s)
-  lcp = kasai(s, sa)  # lcp[i]: of suffixes sa[i] and sa[i + 1]
-  i = 0
-  while i < len(sa):
-    j = i
-    while j + 1 < len(sa) and lcp[j] >= threshold:
-      j += 1
-    if j > i:
-      members = sorted(int(p) for p in sa[i:j + 1])
-      for p in (members[1:] if strike == "later" else members):
-        d, o = where[p]
-        marks[d][o:o + threshold] = True
-    i = j + 1
-  return marks
+    s[starts[d]:starts[d] + sizes[d]] = np.frombuffer(text, dtype=np.uint8)
+    s[starts[d] + sizes[d]] = 256 + d
+  sa = divsufsort(s).astype(np.int64)
+  lcp = kasai(s, sa)
+  return sa, lcp, starts, sizes
+
+
+def oracle(texts, threshold, strike):
+  """Struck positions per document from the suffix array: suffixes whose
+  LCP with a neighbour is >= T form the classes of equal T-byte windows;
+  ``all`` strikes ``[s, s + T)`` of every member, ``later`` of every member
+  but the one earliest in the text."""
+  if not texts:
+    return []
+  sa, lcp, starts, sizes = suffix_array(tuple(texts))
+  linked = lcp[:-1] >= threshold
+  klass = np.concatenate([[0], np.cumsum(~linked)])
+  member = np.zeros(len(sa), dtype=bool)
+  member[:-1] |= linked
+  member[1:] |= linked
+  positions, klass = sa[member], klass[member]
+  if strike == "later":
+    order = np.lexsort((positions, klass))
+    positions, klass = positions[order], klass[order]
+    earliest = np.ones(len(klass), dtype=bool)
+    earliest[1:] = klass[1:] != klass[:-1]
+    positions = positions[~earliest]
+  # A window of a class holds no separator, so [p, p + T) stays in p's
+  # document.
+  depth = np.zeros(len(sa) + 1, dtype=np.int64)
+  np.add.at(depth, positions, 1)
+  np.add.at(depth, positions + threshold, -1)
+  covered = np.cumsum(depth[:-1]) > 0
+  return [covered[a:a + n].copy()
+          for a, n in zip(starts.tolist(), sizes.tolist())]
 
 
 def kernel_marks(texts, threshold, strike):
