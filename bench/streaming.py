@@ -222,6 +222,11 @@ def bucket_state_bytes(texts, config) -> dict:
                 config.bands * (cell + 8)), 1)}
   from transforms.config import StreamConfig
   from transforms.stream.elements import MemberTableCoder, ShardStateCoder
+  try:  # since the layers: the cold layer's timer index too
+    from transforms.kernels.stream_layers import due_index
+    from transforms.stream.elements import DueIndexCoder
+  except ImportError:
+    due_index = None
   stream = StreamConfig(config, mode="arrival")
   params = ss.Params(False, 0, 10**9, stream.allowed_lateness_ms, 10**9, 1,
                      config.verify, config.threshold, 1)
@@ -238,9 +243,13 @@ def bucket_state_bytes(texts, config) -> dict:
     shard.add(keys.ravel()[at], bands[at], docs[at], table)
     kept -= {int(doc) for doc, _, kind, _, _, _ in shard.answers
              if kind == 1}
-    total += len(ShardStateCoder().encode(shard.state()))
+    state = shard.state()
+    total += len(ShardStateCoder().encode(state))
     total += len(MemberTableCoder().encode(shard.table))
-  return {"layout": f"{stream.key_shards} shards",
+    if due_index is not None:
+      total += len(DueIndexCoder().encode(due_index(state)))
+  return {"layout": f"{stream.key_shards} shards"
+                    + (", layered" if due_index is not None else ""),
           "bucket_bytes_per_kept_doc": round(total / len(kept), 1)}
 
 

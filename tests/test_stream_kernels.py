@@ -1,5 +1,6 @@
 """The streaming bucket kernel and the state coders, without a runner."""
 
+import apache_beam as beam
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,7 +10,8 @@ from transforms.config import ConfigError, DedupConfig, StreamConfig
 from transforms.config import parse_duration_ms
 from transforms.kernels import stream as sk
 from transforms.kernels import stream_shard as ss
-from transforms.stream.elements import (Answer, Arrival, Member, MemberCoder,
+from transforms.stream.elements import (Answer, Arrival, DueIndexCoder,
+                                        Member, MemberCoder,
                                         MemberTableCoder, Progress,
                                         ProgressBatch, ProgressBatchCoder,
                                         ProgressCoder, ShardEntries,
@@ -111,8 +113,20 @@ def test_coders_round_trip_and_are_compact():
   m = Member("döc-1", -5, np.arange(128, dtype=np.uint32),
              np.array([3, 2**64 - 1], dtype=np.uint64))
   encoded = MemberCoder().encode(m)
-  # Format byte, id, time, signature, shingles; nothing pickled.
-  assert len(encoded) == 1 + 4 + 6 + 8 + 4 + 512 + 4 + 16
+  # Format byte, id, time, signature, shingles (each array padded to 8
+  # bytes from the start: 1 + 4 here); nothing pickled.
+  assert len(encoded) == 1 + 4 + 6 + 8 + 4 + 1 + 512 + 4 + 4 + 16
+  # Format 1 (before the padding) is still read.
+  legacy = b"".join([b"\x01", encoded[1:23], encoded[24:540],
+                     encoded[544:]])
+  for data in (encoded, legacy):
+    back = MemberCoder().decode(data)
+    assert back.doc_id == m.doc_id and back.event_ms == -5
+    assert np.array_equal(back.signature, m.signature)
+    assert np.array_equal(back.shingles, m.shingles)
+  state = ss.empty_state()._replace(keys=np.arange(5, dtype=np.uint64))
+  views = ShardStateCoder().decode(ShardStateCoder().encode(state))
+  assert views.keys.flags.aligned and not views.keys.flags.owndata
   back = MemberCoder().decode(encoded)
   assert back.doc_id == m.doc_id and back.event_ms == -5
   assert np.array_equal(back.signature, m.signature)
@@ -237,12 +251,19 @@ def _run_shard(steps, params, keys_of=None):
   return sorted(answers), reps, state
 
 
-shard_steps = st.lists(st.one_of(
-    st.tuples(st.just("add"), st.lists(st.tuples(
-        st.integers(1, 4), st.sampled_from("abcdefghij"),
-        st.integers(0, 2000), st.integers(0, 3)), min_size=1, max_size=6)),
-    st.tuples(st.just("fire"), st.integers(0, 6000))), min_size=1,
-    max_size=10)
+def shard_steps_of(keys: int, rows: int, steps: int):
+  """Steps of a shard: adds of up to ``rows`` entries (band keys 1 to
+  ``keys``) and fires, up to ``steps`` of them."""
+  return st.lists(st.one_of(
+      st.tuples(st.just("add"), st.lists(st.tuples(
+          st.integers(1, keys), st.sampled_from("abcdefghij"),
+          st.integers(0, 2000), st.integers(0, 3)), min_size=1,
+                                         max_size=rows)),
+      st.tuples(st.just("fire"), st.integers(0, 6000))), min_size=1,
+                  max_size=steps)
+
+
+shard_steps = shard_steps_of(4, 6, 10)
 
 
 def _steps(raw):
@@ -264,12 +285,14 @@ def _steps(raw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(shard_steps, st.sampled_from([True, False]))
-def test_a_shard_answers_as_its_buckets_would_alone(raw, event_time):
+@given(shard_steps, st.sampled_from([True, False]),
+       st.sampled_from([1, 25, 200]))
+def test_a_shard_answers_as_its_buckets_would_alone(raw, event_time,
+                                                    expire_tick):
   """Buckets sharing a shard do not see each other: a shard of four band
   keys gives each key the answers and representative that a shard of that
   key alone gives it."""
-  params = PARAMS._replace(event_time=event_time)
+  params = PARAMS._replace(event_time=event_time, expire_tick_ms=expire_tick)
   steps = _steps(raw)
   together, reps, _ = _run_shard(steps, params)
   alone, alone_reps = [], {}
@@ -282,12 +305,14 @@ def test_a_shard_answers_as_its_buckets_would_alone(raw, event_time):
 
 
 @settings(max_examples=150, deadline=None)
-@given(shard_steps, st.sampled_from([True, False]))
-def test_one_late_tick_fires_what_every_timer_on_time_would(raw, event_time):
+@given(shard_steps, st.sampled_from([True, False]),
+       st.sampled_from([1, 25, 200]))
+def test_one_late_tick_fires_what_every_timer_on_time_would(raw, event_time,
+                                                            expire_tick):
   """Firing once at T decides exactly what firing at every armed bucket
   timer up to T, one after the other, decides: rounding the runner timer
   up to a tick changes when timers fire, not what they decide."""
-  params = PARAMS._replace(event_time=event_time)
+  params = PARAMS._replace(event_time=event_time, expire_tick_ms=expire_tick)
   steps = _steps(raw)
   coarse, coarse_reps, coarse_state = _run_shard(steps, params)
   fine = []
@@ -308,3 +333,117 @@ def test_one_late_tick_fires_what_every_timer_on_time_would(raw, event_time):
   assert coarse == fine_answers
   assert coarse_reps == fine_reps
   assert coarse_state.clock.tolist() == fine_state.clock.tolist()
+
+
+def _contents(state, members):
+  """A shard's buckets by key, with member ids in place of member rows."""
+  out = {}
+  for i, key in enumerate(state.keys.tolist()):
+    rep = int(state.rep[i])
+    out[key] = [members.doc_id(rep) if rep >= 0 else None] + [
+        int(c[i]) for c in state[2:6]] + [[]]
+  for key, band, row in zip(state.pending_keys.tolist(),
+                            state.pending_bands.tolist(),
+                            state.pending_rows.tolist()):
+    out[key][-1].append((band, members.doc_id(row)))
+  return out
+
+
+# More keys than the merge thresholds, so that layers override each other.
+wide_shard_steps = shard_steps_of(12, 8, 14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(wide_shard_steps, st.sampled_from([True, False]), st.integers(0, 12),
+       st.integers(0, 12), st.sampled_from([1, 25, 200]))
+def test_layered_shard_equals_the_whole_shard(raw, event_time, hot_rows,
+                                              hot_members, expire_tick):
+  """A shard in cold and hot layers (merged after every step or never, as
+  the thresholds say) answers, counts, arms its timer and ends in the
+  state of the whole shard's kernel, each step through a coder round
+  trip."""
+  # pylint: disable=import-outside-toplevel,protected-access
+  from transforms.kernels import stream_layers as sl
+  params = PARAMS._replace(event_time=event_time, expire_tick_ms=expire_tick)
+  saved = sl._HOT_ROWS, sl._HOT_MEMBERS
+  sl._HOT_ROWS, sl._HOT_MEMBERS = hot_rows, hot_members
+  try:
+    state, members = ss.empty_state(), ss.empty_members(K)
+    layers = sl.empty_layers(K)
+    s_coder, m_coder = ShardStateCoder(), MemberTableCoder()
+    for kind, value in _steps(raw):
+      whole = ss.Shard(state, members, params)
+      layered = sl.LayeredShard(layers, params)
+      for shard in (whole, layered):
+        if kind == "add" and value:
+          shard.add(np.array([r[0] for r in value], np.uint64),
+                    np.array([r[0] % 7 for r in value], np.int64),
+                    np.arange(len(value)),
+                    table(*[member(r[1], r[2], r[3]) for r in value]))
+        elif kind == "fire":
+          shard.fire(value)
+      assert sorted(layered.answers) == sorted(whole.answers)
+      for counter in ("live_delta", "pending_delta", "early_settles"):
+        assert getattr(layered, counter) == getattr(whole, counter)
+      state = s_coder.decode(s_coder.encode(whole.state()))
+      members = m_coder.decode(m_coder.encode(whole.table))
+      assert layered.next_timer() == ss.Shard(state, members,
+                                              params).next_timer()
+      # Only the parts said to have changed are written (as _BucketsFn
+      # does); the others are read back as they were.
+      layers = sl.Layers(*(
+          coder.decode(coder.encode(part)) if name in layered.changed
+          else old for name, coder, part, old in zip(
+              sl.Layers._fields, (s_coder, m_coder, DueIndexCoder(), s_coder,
+                                  m_coder, beam.coders.VarIntCoder()),
+              layered.layers, layers)))
+      merged = sl.compacted(layers)
+      assert (np.diff(merged.cold.keys.astype(np.float64)) > 0).all()
+      assert _contents(merged.cold, merged.cold_members) == _contents(
+          state, members)
+  finally:
+    sl._HOT_ROWS, sl._HOT_MEMBERS = saved
+
+
+def test_a_bucket_fired_from_the_hot_layer_does_not_arm_its_old_timer():
+  """A cold bucket whose settle timer fired lives on in the hot layer with
+  its next timer (its expiry); the cold layer's spent timer must not arm
+  the shard's runner timer again (the timer would fire in the past,
+  forever)."""
+  # pylint: disable=import-outside-toplevel,protected-access
+  from transforms.kernels import stream_layers as sl
+  sig = np.zeros(K, np.uint32)
+  shard = sl.LayeredShard(sl.empty_layers(K), PARAMS)
+  shard.add(np.array([1], np.uint64), np.array([1]), np.arange(1),
+            table(member("a", 10, sig)))
+  shard = sl.LayeredShard(sl.compacted(shard.layers), PARAMS)
+  assert shard.next_timer() == 125  # settle at 10 + 100, up to the tick
+  shard.fire(125)
+  assert shard.answers == [("a", 1, sk.REP, "", 0, 1.0)]
+  assert len(shard.layers.cold.keys) == len(shard.layers.hot.keys) == 1
+  expiry = 10 + PARAMS.retention_ms
+  assert shard.next_timer() == -(-expiry // 25) * 25
+
+
+def test_a_shard_of_the_one_layer_graph_reads_as_its_cold_layer():
+  """State written by the graph before the layers (a whole shard in the
+  ``buckets`` and ``members`` cells, format 1, no other cell) is read as
+  a cold layer with its timers indexed: the next step answers as the
+  whole shard's kernel does."""
+  # pylint: disable=import-outside-toplevel
+  from transforms.kernels import stream_layers as sl
+  sig = np.zeros(K, np.uint32)
+  whole = ss.Shard(ss.empty_state(), ss.empty_members(K), PARAMS)
+  whole.add(np.array([1, 2], np.uint64), np.array([1, 2]), np.arange(2),
+            table(member("a", 10, sig), member("b", 40, sig)))
+  old_state, old_table = whole.state(), whole.table
+  # (Format 1's arrays are read as well: see the coder test.)
+  parts = [ShardStateCoder().decode(ShardStateCoder().encode(old_state)),
+           MemberTableCoder().decode(MemberTableCoder().encode(old_table)),
+           None, None, None, None]
+  layered = sl.LayeredShard(sl.from_cells(parts, K), PARAMS)
+  again = ss.Shard(old_state, old_table, PARAMS)
+  assert layered.next_timer() == again.next_timer() == 125
+  layered.fire(150)
+  again.fire(150)
+  assert sorted(layered.answers) == sorted(again.answers) and again.answers

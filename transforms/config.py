@@ -266,6 +266,16 @@ class StreamConfig:
     return max(1, self.settle_ms // 4)
 
   @property
+  def expire_tick_ms(self) -> int:
+    """The grid that garbage-collection timers (ids Admit remembers, the
+    clocks of buckets whose representative expired) are rounded up to: a
+    64th of the retention, in whole timer ticks. They only free state, so
+    a coarse grid holds it up to 1/64 longer and saves runner firings when
+    the watermark passes many of them at once (a bounded input's end)."""
+    tick = self.timer_tick_ms
+    return tick * max(1, self.retention_ms // 64 // tick)
+
+  @property
   def retention_ms(self) -> int:
     """How long after its event time a representative's state is held."""
     return self.dedup_window_ms + self.allowed_lateness_ms

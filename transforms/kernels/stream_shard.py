@@ -39,7 +39,7 @@ class MemberTable(NamedTuple):
   ``id_bytes[id_offsets[i]:id_offsets[i + 1]]``), event times, signatures
   (``uint32[m, K]``) and shingle sets (flat, ``offsets[m + 1]``; empty
   unless verification is exact)."""
-  id_bytes: bytes
+  id_bytes: bytes  # or a memoryview of them (a decoded cell's)
   id_offsets: np.ndarray
   event_ms: np.ndarray
   signatures: np.ndarray
@@ -50,8 +50,8 @@ class MemberTable(NamedTuple):
     return len(self.event_ms)
 
   def doc_id(self, row: int) -> str:
-    return self.id_bytes[self.id_offsets[row]:self.id_offsets[row + 1]].decode(
-        "utf-8")
+    return str(self.id_bytes[self.id_offsets[row]:self.id_offsets[row + 1]],
+               "utf-8")
 
   @property
   def nbytes(self) -> int:
@@ -90,7 +90,7 @@ def concat_members(a: MemberTable, b: MemberTable) -> MemberTable:
   if not len(b):
     return a
   return MemberTable(
-      a.id_bytes + b.id_bytes,
+      b"".join((a.id_bytes, b.id_bytes)),
       np.concatenate([a.id_offsets, b.id_offsets[1:] + a.id_offsets[-1]]),
       np.concatenate([a.event_ms, b.event_ms]),
       np.concatenate([a.signatures, b.signatures]),
@@ -98,23 +98,31 @@ def concat_members(a: MemberTable, b: MemberTable) -> MemberTable:
       np.concatenate([a.offsets, b.offsets[1:] + a.offsets[-1]]))
 
 
-def _take_ragged(flat, offsets: np.ndarray, rows: np.ndarray):
+def take_ragged(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray):
+  """Rows ``rows`` of a ragged array (row i is ``flat[offsets[i]:offsets[i +
+  1]]``): ``(their values, flat, and their offsets)``, in one gather."""
+  rows = np.asarray(rows, dtype=np.int64)
   starts, ends = offsets[rows], offsets[rows + 1]
   new = np.zeros(len(rows) + 1, np.int64)
   np.cumsum(ends - starts, out=new[1:])
-  parts = [flat[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
-  return parts, new
+  index = np.arange(new[-1], dtype=np.int64) + np.repeat(
+      starts - new[:-1], ends - starts)
+  return flat[index], new
+
+
+def _take_bytes(data: bytes, offsets: np.ndarray, rows: np.ndarray):
+  values, new = take_ragged(np.frombuffer(data, np.uint8), offsets, rows)
+  return values.tobytes(), new
 
 
 def take_members(table: MemberTable, rows: np.ndarray) -> MemberTable:
   """The members at ``rows`` (in that order)."""
   rows = np.asarray(rows, dtype=np.int64)
-  ids, id_offsets = _take_ragged(table.id_bytes, table.id_offsets, rows)
-  shingles, offsets = _take_ragged(table.shingles, table.offsets, rows)
-  return MemberTable(b"".join(ids), id_offsets, table.event_ms[rows],
+  ids, id_offsets = _take_bytes(table.id_bytes, table.id_offsets, rows)
+  shingles, offsets = take_ragged(table.shingles, table.offsets, rows)
+  return MemberTable(ids, id_offsets, table.event_ms[rows],
                      table.signatures[rows],
-                     np.concatenate(shingles) if offsets[-1] else _NO_SHINGLES,
-                     offsets)
+                     shingles if offsets[-1] else _NO_SHINGLES, offsets)
 
 
 class ShardState(NamedTuple):
@@ -153,6 +161,16 @@ class Params(NamedTuple):
   verify: str
   threshold: float
   tick_ms: int
+  # A bucket's clock, kept for a retention after its representative
+  # expired, is dropped at the end of that rounded up to this grid (1:
+  # exactly), so that the clocks of a stream's buckets go in few runner
+  # firings. Keeping a clock longer only recognises late entries longer;
+  # representatives expire exactly (their expiry moves the clock).
+  expire_tick_ms: int = 1
+
+  def clock_expiry(self, ends):
+    """The expire timer of a clock kept until ``ends`` (int or array)."""
+    return -(-ends // self.expire_tick_ms) * self.expire_tick_ms
 
 
 class _Row(NamedTuple):
@@ -197,6 +215,7 @@ class Shard:
     self._held_rows = state.pending_rows
     # False for held entries decided in bulk (see _fire_simple).
     self._held_live = np.ones(len(self._held_at), bool)
+    self._runs: Optional[Dict[int, Tuple[int, int]]] = None
     self.answers: List[Answer] = []
     self.live_delta = 0
     # Whether a member may no longer be referenced (see state()).
@@ -219,12 +238,22 @@ class Shard:
     """Bucket ``b``'s waiting entries (band, member), in arrival order."""
     waiting = self.pending.get(b)
     if waiting is None:
-      lo, hi = np.searchsorted(self._held_at, [b, b + 1]).tolist()
+      lo, hi = self._held_runs().get(b, (0, 0))
       waiting = [(band, self._member(row)) for band, row, live in zip(
           self._held_bands[lo:hi].tolist(), self._held_rows[lo:hi].tolist(),
           self._held_live[lo:hi].tolist()) if live]
       self.pending[b] = waiting
     return waiting
+
+  def _held_runs(self) -> Dict[int, Tuple[int, int]]:
+    """Bucket → the range of its held entries (built once: a lookup per
+    entry costs less than a search)."""
+    if self._runs is None:
+      buckets, starts, counts = np.unique(self._held_at, return_index=True,
+                                          return_counts=True)
+      self._runs = dict(zip(buckets.tolist(), zip(
+          starts.tolist(), (starts + counts).tolist())))
+    return self._runs
 
   def _rep(self, b: int) -> Optional[_Row]:
     row = int(self.rep[b])
@@ -268,6 +297,7 @@ class Shard:
     remap[order] = np.arange(len(order))
     self.pending = {int(remap[b]): v for b, v in self.pending.items()}
     self._held_at = remap[self._held_at]
+    self._runs = None
     self._changed = [remap[c] for c in self._changed]
     unset = np.full(n, UNSET, np.int64)
     self.rep = np.concatenate([self.rep, np.full(n, -1, np.int64)])[order]
@@ -425,7 +455,8 @@ class Shard:
         self.live_delta -= int(drops.sum())
         self._dropped |= bool(drops.any())
         # The clock outlives the representative, to recognise late entries.
-        self.expire_timer[b[drops]] = now[drops] + p.retention_ms
+        self.expire_timer[b[drops]] = p.clock_expiry(now[drops] +
+                                                     p.retention_ms)
         empty = b[~has]
         self.expire_timer[empty] = UNSET
         self.clock[empty] = NO_CLOCK
@@ -453,17 +484,19 @@ class Shard:
     elif rep is not None:
       self._store(b, rep, None)
       # The clock outlives the representative, to recognise late entries.
-      self.expire_timer[b] = now + p.retention_ms
+      self.expire_timer[b] = p.clock_expiry(now + p.retention_ms)
     elif not self._waiting(b):
       self.clock[b] = NO_CLOCK
       self.settle_at[b] = UNSET
 
   # Results.
 
-  def state(self) -> ShardState:
+  def state(self, compact_members: bool = True) -> ShardState:
     """The shard's new state: buckets with nothing left are dropped, and
     so, when members no longer referenced make up a quarter of the table
-    (or it changed anyway), are they (``members_changed`` says so)."""
+    (or it changed anyway), are they (``members_changed`` says so) unless
+    ``compact_members`` is False (then ``table``'s rows keep their
+    numbers)."""
     touched = np.array(sorted(self.pending), dtype=np.int64)
     held = ~np.isin(self._held_at, touched) & self._held_live
     # Only a bucket changed here can have become empty.
@@ -493,7 +526,7 @@ class Shard:
     if index is not None:
       columns = tuple(c[index] for c in columns)
     rep = columns[1]
-    if self.members_changed or self._dropped:
+    if compact_members and (self.members_changed or self._dropped):
       used = np.zeros(len(self.table), bool)
       used[rep[rep >= 0]] = True
       used[p_rows] = True
@@ -593,7 +626,7 @@ class SeenIds:
   def state(self) -> SeenState:
     s = self._state
     rows = np.flatnonzero(self._keep)
-    ids, id_offsets = _take_ragged(s.id_bytes, s.id_offsets, rows)
+    ids, id_offsets = _take_bytes(s.id_bytes, s.id_offsets, rows)
     new = list(self._new.items())
     encoded = [doc_id.encode("utf-8") for doc_id, _ in new]
     hashes = np.concatenate([s.hashes[rows], np.array(
@@ -602,17 +635,13 @@ class SeenIds:
     digests = [np.frombuffer(b"".join(v[i] for _, v in new),
                              np.uint8).reshape(len(new), 16)
                for i in (1, 2)]
-    id_bytes = b"".join(ids + encoded)
-    lengths = np.concatenate([np.diff(id_offsets),
-                              np.fromiter(map(len, encoded), np.int64,
-                                          len(encoded))])
+    id_bytes = ids + b"".join(encoded)
+    all_offsets = np.concatenate([id_offsets, id_offsets[-1] + np.cumsum(
+        np.fromiter(map(len, encoded), np.int64, len(encoded)))])
     order = np.argsort(hashes, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    ids_sorted, offsets = _take_ragged(
-        id_bytes, np.concatenate([starts, [len(id_bytes)]]), order) if len(
-            order) else ([], np.zeros(1, np.int64))
+    ids_sorted, offsets = _take_bytes(id_bytes, all_offsets, order)
     return SeenState(
-        hashes[order], b"".join(ids_sorted), offsets,
+        hashes[order], ids_sorted, offsets,
         np.concatenate([s.event_ms[rows], ms])[order],
         np.concatenate([s.record_digests[rows], digests[0]])[order],
         np.concatenate([s.text_digests[rows], digests[1]])[order],

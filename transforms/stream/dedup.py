@@ -24,7 +24,9 @@ them):
 Per-element, per-state-cell and per-timer costs are paid per shard and
 bundle (or timer tick), not per band entry: a document costs two keyed
 invocations of its own (Admit's element and its timer), where it cost ~100
-(b answers and up to 2b bucket timers).
+(b answers and up to 2b bucket timers). A bucket shard's state is two
+layers (:mod:`transforms.kernels.stream_layers`), so that an invocation
+costs what it touches rather than what the shard holds.
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import minhash as minhash_kernels
 from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import stream as stream_kernels
+from transforms.kernels import stream_layers as layer_kernels
 from transforms.kernels import stream_shard as shard_kernels
 from transforms.sign import normalize_options
 from transforms.stream.elements import (REJECTED, Answer, Arrival, DocBatch,
+                                        DueIndexCoder,
                                         Member,
                                         MemberTableCoder, Progress,
                                         ProgressBatch, ProgressBatchCoder,
@@ -223,8 +227,7 @@ class _AdmitFn(beam.DoFn):
     # Forgetting is garbage collection: a coarse tick (an id is remembered
     # up to 1/64 of the retention longer) fires rarely.
     return shard_kernels.SeenIds(seen.read() or shard_kernels.empty_seen(),
-                                 c.retention_ms,
-                                 max(c.timer_tick_ms, c.retention_ms // 64))
+                                 c.retention_ms, c.expire_tick_ms)
 
   def _close(self, ids, seen, forget):
     state = ids.state()
@@ -408,14 +411,20 @@ class Buckets(beam.PTransform):
 
 
 class _BucketsFn(beam.DoFn):
-  """One shard of buckets: a :class:`ShardState` cell (the buckets, their
-  clocks, timers and waiting entries) and a :class:`MemberTable` cell (the
-  members they reference, written only when it changes). One runner timer,
-  ``tick``, stands for every bucket's settle and expire timers (see
+  """One shard of buckets in two layers (see
+  :mod:`transforms.kernels.stream_layers`): the cold ``buckets``,
+  ``members`` and ``due`` cells, rewritten only when the hot layer is
+  merged into them, and the ``hot_buckets``, ``hot_members`` and ``fired``
+  cells, rewritten by each invocation that changes a bucket. One runner
+  timer, ``tick``, stands for every bucket's settle and expire timers (see
   :mod:`transforms.kernels.stream_shard`)."""
 
   BUCKETS = ReadModifyWriteStateSpec("buckets", ShardStateCoder())
   MEMBERS = ReadModifyWriteStateSpec("members", MemberTableCoder())
+  DUE = ReadModifyWriteStateSpec("due", DueIndexCoder())
+  HOT = ReadModifyWriteStateSpec("hot_buckets", ShardStateCoder())
+  HOT_MEMBERS = ReadModifyWriteStateSpec("hot_members", MemberTableCoder())
+  FIRED = ReadModifyWriteStateSpec("fired", beam.coders.VarIntCoder())
   TICK = TimerSpec("tick", TimeDomain.WATERMARK)
 
   def __init__(self, config: StreamConfig):
@@ -426,7 +435,8 @@ class _BucketsFn(beam.DoFn):
     self._params = shard_kernels.Params(
         c.mode == "event_time", c.settle_ms, c.dedup_window_ms,
         c.allowed_lateness_ms, c.retention_ms, c.max_pending,
-        c.dedup.verify, c.dedup.threshold, c.timer_tick_ms)
+        c.dedup.verify, c.dedup.threshold, c.timer_tick_ms,
+        c.expire_tick_ms)
     self._live = metrics.counter(metrics.STREAM_LIVE_REPS)
     self._state_bytes = metrics.counter(metrics.STREAM_REP_STATE_BYTES)
     self._pending_now = metrics.counter(metrics.STREAM_PENDING)
@@ -439,21 +449,33 @@ class _BucketsFn(beam.DoFn):
               window=beam.DoFn.WindowParam,
               buckets=beam.DoFn.StateParam(BUCKETS),
               members=beam.DoFn.StateParam(MEMBERS),
+              due=beam.DoFn.StateParam(DUE),
+              hot=beam.DoFn.StateParam(HOT),
+              hot_members=beam.DoFn.StateParam(HOT_MEMBERS),
+              fired_count=beam.DoFn.StateParam(FIRED),
               tick=beam.DoFn.TimerParam(TICK)):
     _, entries = element
-    shard, before = self._open(buckets, members)
+    cells = (buckets, members, due, hot, hot_members, fired_count)
+    shard = self._open(cells)
+    before = shard.layers.nbytes
     shard.add(entries.keys, entries.bands, entries.rows, entries.members)
-    self._close(shard, before, buckets, members, tick, timestamp, window)
+    self._close(shard, before, cells, tick, timestamp, window)
 
   @on_timer(TICK)
   def on_tick(self, fired=beam.DoFn.TimestampParam,
               window=beam.DoFn.WindowParam,
               buckets=beam.DoFn.StateParam(BUCKETS),
               members=beam.DoFn.StateParam(MEMBERS),
+              due=beam.DoFn.StateParam(DUE),
+              hot=beam.DoFn.StateParam(HOT),
+              hot_members=beam.DoFn.StateParam(HOT_MEMBERS),
+              fired_count=beam.DoFn.StateParam(FIRED),
               tick=beam.DoFn.TimerParam(TICK)):
-    shard, before = self._open(buckets, members)
+    cells = (buckets, members, due, hot, hot_members, fired_count)
+    shard = self._open(cells)
+    before = shard.layers.nbytes
     shard.fire(event_ms(fired))
-    self._close(shard, before, buckets, members, tick, fired, window)
+    self._close(shard, before, cells, tick, fired, window)
 
   def finish_bundle(self):
     # The answers of every key and timer of the bundle, one element per
@@ -463,38 +485,30 @@ class _BucketsFn(beam.DoFn):
       for keyed in _progress_batches(held, self._config.key_shards):
         yield WindowedValue(keyed, timestamp, (window,))
 
-  def _open(self, buckets, members):
-    state = buckets.read()
-    if state is None:
-      state = shard_kernels.empty_state()
-      table = shard_kernels.empty_members(self._config.dedup.num_perm)
-      stored = 0, 0
-    else:
-      table = members.read()
-      stored = state.nbytes, table.nbytes
-    return shard_kernels.Shard(state, table, self._params), stored
+  def _open(self, cells):
+    return layer_kernels.LayeredShard(layer_kernels.from_cells(
+        [cell.read() for cell in cells], self._config.dedup.num_perm),
+                                      self._params)
 
-  def _close(self, shard, before, buckets, members, tick, timestamp, window):
-    state = shard.state()
-    old_state, old_table = before
-    change = -old_state
-    if shard.members_changed or not len(state.keys):
-      change -= old_table
-    if len(state.keys):
-      buckets.write(state)
-      change += state.nbytes
-      if shard.members_changed:
-        members.write(shard.table)
-        change += shard.table.nbytes
-    else:
-      buckets.clear()
-      members.clear()
+  def _close(self, shard, before, cells, tick, timestamp, window):
+    layers = shard.layers
+    # The parts that changed are written; an empty layer is cleared.
+    for name, cell, part in zip(layers._fields, cells, layers):
+      if name not in shard.changed:
+        continue
+      empty = not (len(layers.cold.keys) or len(layers.cold_members)) if (
+          name.startswith("cold")) else not (len(layers.hot.keys) or len(
+              layers.hot_members) or layers.fired)
+      if empty:
+        cell.clear()
+      else:
+        cell.write(part)
     due = shard.next_timer()
     if due is None:
       tick.clear()
     else:
       tick.set(to_timestamp(due))
-    self._state_bytes.inc(change)
+    self._state_bytes.inc(layers.nbytes - before)
     self._live.inc(shard.live_delta)
     self._pending_now.inc(shard.pending_delta)
     self._early.inc(shard.early_settles)

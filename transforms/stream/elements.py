@@ -16,10 +16,17 @@ from typing import NamedTuple, Optional, Tuple
 import apache_beam as beam
 import numpy as np
 
+from transforms.kernels.stream_layers import DueIndex
 from transforms.kernels.stream_shard import (MemberTable, SeenState,
                                              ShardState)
 
-_FORMAT = 1
+# Format 2 pads each array to 8 bytes from the encoding's start, so that a
+# decoded view is aligned (numpy copies an unaligned array on every search,
+# which made each search over a shard's state cost its size); format 1
+# (no padding) is still read.
+_FORMAT = 2
+_UNPADDED = 1
+_PAD = bytes(8)
 _I64 = struct.Struct("<q")
 _U32 = struct.Struct("<I")
 _F64 = struct.Struct("<d")
@@ -141,18 +148,23 @@ class _Writer:
 
   def __init__(self):
     self.parts = [bytes([_FORMAT])]
+    self.size = 1
+
+  def _add(self, part) -> None:
+    self.parts.append(part)
+    self.size += len(part)
 
   def i64(self, value: int) -> "_Writer":
-    self.parts.append(_I64.pack(value))
+    self._add(_I64.pack(value))
     return self
 
   def f64(self, value: float) -> "_Writer":
-    self.parts.append(_F64.pack(value))
+    self._add(_F64.pack(value))
     return self
 
   def blob(self, data: bytes) -> "_Writer":
-    self.parts.append(_U32.pack(len(data)))
-    self.parts.append(data)
+    self._add(_U32.pack(len(data)))
+    self._add(data)
     return self
 
   def text(self, value: str) -> "_Writer":
@@ -161,9 +173,10 @@ class _Writer:
   def array(self, values: np.ndarray, dtype: str) -> "_Writer":
     # The array's own buffer, copied once, by done().
     values = np.ascontiguousarray(values, dtype=dtype)
-    self.parts.append(_U32.pack(values.nbytes))
+    self._add(_U32.pack(values.nbytes))
+    self._add(_PAD[:-self.size % 8])
     if values.nbytes:
-      self.parts.append(values.reshape(-1).data.cast("B"))
+      self._add(values.reshape(-1).data.cast("B"))
     return self
 
   def done(self) -> bytes:
@@ -173,10 +186,11 @@ class _Writer:
 class _Reader:
 
   def __init__(self, data: bytes, what: str):
-    if not data or data[0] != _FORMAT:
+    if not data or data[0] not in (_FORMAT, _UNPADDED):
       raise ValueError(f"{what}: unknown encoding format "
                        f"{data[:1].hex() or 'empty'} (expected {_FORMAT:02x})")
     self.data = memoryview(data)
+    self.padded = data[0] == _FORMAT
     self.pos = 1
 
   def i64(self) -> int:
@@ -190,23 +204,34 @@ class _Reader:
     return value
 
   def blob(self) -> bytes:
+    return bytes(self.blob_view())
+
+  def blob_view(self) -> memoryview:
+    """A blob as a view of the encoded bytes (no copy)."""
     size = _U32.unpack_from(self.data, self.pos)[0]
     start = self.pos + 4
     self.pos = start + size
-    return bytes(self.data[start:self.pos])
+    return self.data[start:self.pos]
 
   def text(self) -> str:
     return self.blob().decode("utf-8")
 
-  def array(self, dtype: str) -> np.ndarray:
-    return np.frombuffer(self.blob(), dtype=dtype).copy()
-
-  def view(self, dtype: str) -> np.ndarray:
-    """A read-only array over the encoded bytes (no copy)."""
+  def _array_bytes(self) -> memoryview:
     size = _U32.unpack_from(self.data, self.pos)[0]
     start = self.pos + 4
+    if self.padded:
+      start += -start % 8
     self.pos = start + size
-    return np.frombuffer(self.data[start:self.pos], dtype=dtype)
+    return self.data[start:self.pos]
+
+  def array(self, dtype: str) -> np.ndarray:
+    return np.frombuffer(self._array_bytes(), dtype=dtype).copy()
+
+  def view(self, dtype: str) -> np.ndarray:
+    """A read-only array over the encoded bytes (no copy, unless they are
+    not aligned in memory)."""
+    values = np.frombuffer(self._array_bytes(), dtype=dtype)
+    return values if values.flags.aligned else values.copy()
 
 
 def _write_member(w: _Writer, m: Member) -> _Writer:
@@ -377,7 +402,7 @@ def _write_table(w: _Writer, t: MemberTable) -> _Writer:
 
 def _read_table(r: _Reader) -> MemberTable:
   m, k = r.i64(), r.i64()
-  return MemberTable(r.blob(), r.view("<i8"), r.view("<i8"),
+  return MemberTable(r.blob_view(), r.view("<i8"), r.view("<i8"),
                      r.view("<u4").reshape(m, k), r.view("<u8"),
                      r.view("<i8"))
 
@@ -447,6 +472,17 @@ class SeenStateCoder(_Coder):
                      r.view("u1").reshape(-1, 16), r.view("<i8"))
 
 
+class DueIndexCoder(_Coder):
+
+  def encode(self, value: DueIndex) -> bytes:
+    return _Writer().array(value.times, "<i8").array(value.keys,
+                                                     "<u8").done()
+
+  def decode(self, encoded: bytes) -> DueIndex:
+    r = _Reader(encoded, "DueIndex")
+    return DueIndex(r.view("<i8"), r.view("<u8"))
+
+
 class StreamRejectedCoder(_Coder):
 
   def encode(self, value: StreamRejected) -> bytes:
@@ -466,6 +502,7 @@ for _type, _coder in ((StreamDocument, StreamDocumentCoder),
                       (MemberTable, MemberTableCoder),
                       (ShardEntries, ShardEntriesCoder),
                       (ShardState, ShardStateCoder),
+                      (DueIndex, DueIndexCoder),
                       (DocBatch, DocBatchCoder),
                       (SeenState, SeenStateCoder),
                       (StreamRejected, StreamRejectedCoder)):
