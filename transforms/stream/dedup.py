@@ -53,12 +53,15 @@ from transforms.kernels import compiled_signature as signature_kernels
 from transforms.kernels import stream as stream_kernels
 from transforms.kernels import stream_layers as layer_kernels
 from transforms.kernels import stream_shard as shard_kernels
+from transforms.kernels import stream_table as table_kernels
 from transforms.sign import normalize_options
-from transforms.stream.elements import (REJECTED, Answer, Arrival, DocBatch,
+from transforms.stream.elements import (REJECTED, Answer, Arrival,
+                                        BlobTableCoder, DocBatch,
                                         DueIndexCoder,
                                         Member,
                                         MemberTableCoder, Progress,
                                         ProgressBatch, ProgressBatchCoder,
+                                        ProgressCoder,
                                         SeenStateCoder, ShardEntries,
                                         ShardStateCoder, Signed,
                                         StreamDocument, StreamRejected,
@@ -584,13 +587,18 @@ def _progress_batches_of(items, shards: int):
 
 class _VerdictFn(beam.DoFn):
   """One shard of document ids: the :class:`Progress` of each document
-  whose verdict is not out yet, or whose answers are not all in yet (in
-  one cell), merged with every arrival and partial answer; emits a
-  verdict once it is decided. A document's state goes once its verdict is
-  out and all its answers came: :class:`Admit` keeps redeliveries out, so
-  nothing else arrives for it."""
+  whose verdict is not out yet, or whose answers are not all in yet (a
+  ``progress_table`` cell, read and rewritten in proportion to the
+  documents an invocation touches, see
+  :mod:`transforms.kernels.stream_table`), merged with every arrival and
+  partial answer; emits a verdict once it is decided. A document's state
+  goes once its verdict is out and all its answers came: :class:`Admit`
+  keeps redeliveries out, so nothing else arrives for it. The ``progress``
+  cell of the graph before (all progress in one batch) is read once and
+  moved into the table."""
 
   PROGRESS = ReadModifyWriteStateSpec("progress", ProgressBatchCoder())
+  TABLE = ReadModifyWriteStateSpec("progress_table", BlobTableCoder())
 
   def __init__(self, config: StreamConfig):
     self._config = config
@@ -600,11 +608,22 @@ class _VerdictFn(beam.DoFn):
         metrics.STREAM_KEPT, metrics.STREAM_DUPLICATES, metrics.STREAM_LATE,
         metrics.STREAM_REDELIVERED)}
     self._latency = metrics.distribution(metrics.STREAM_VERDICT_LATENCY)
+    self._coder = ProgressCoder()
 
-  def process(self, element, state=beam.DoFn.StateParam(PROGRESS)):
+  def process(self, element, legacy=beam.DoFn.StateParam(PROGRESS),
+              cell=beam.DoFn.StateParam(TABLE)):
     _, batch = element
-    held = state.read()
-    progress = dict(zip(held.ids, held.items)) if held else {}
+    table = cell.read() or table_kernels.empty_table()
+    progress = {}
+    held = legacy.read()
+    if held:
+      progress.update(zip(held.ids, held.items))
+      legacy.clear()
+    touched = [i for i in dict.fromkeys(batch.ids) if i not in progress]
+    rows = table_kernels.find(table, touched)
+    for doc_id, row in zip(touched, rows.tolist()):
+      if row >= 0:
+        progress[doc_id] = self._coder.decode(table.blob(row))
     for doc_id, report in zip(batch.ids, batch.items):
       before = progress.get(doc_id, _NO_PROGRESS)
       if report.arrival is not None and before.arrival is not None:
@@ -620,10 +639,13 @@ class _VerdictFn(beam.DoFn):
         progress.pop(doc_id, None)
       else:
         progress[doc_id] = now
-    if progress:
-      state.write(ProgressBatch(tuple(progress), tuple(progress.values())))
+    table = table_kernels.updated(
+        table, rows[rows >= 0], list(progress),
+        [self._coder.encode(p) for p in progress.values()])
+    if len(table):
+      cell.write(table)
     else:
-      state.clear()
+      cell.clear()
 
   def _emit(self, verdict, arrival):
     self._latency.update(max(0, int(time.time() * 1000) - arrival.arrived_ms))

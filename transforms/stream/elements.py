@@ -17,6 +17,7 @@ import apache_beam as beam
 import numpy as np
 
 from transforms.kernels.stream_layers import DueIndex
+from transforms.kernels.stream_table import BlobTable
 from transforms.kernels.stream_shard import (MemberTable, SeenState,
                                              ShardState)
 
@@ -483,6 +484,19 @@ class DueIndexCoder(_Coder):
     return DueIndex(r.view("<i8"), r.view("<u8"))
 
 
+class BlobTableCoder(_Coder):
+
+  def encode(self, value: BlobTable) -> bytes:
+    return (_Writer().array(value.hashes, "<u8").blob(value.id_bytes)
+            .array(value.id_offsets, "<i8").blob(value.blobs)
+            .array(value.blob_offsets, "<i8").done())
+
+  def decode(self, encoded: bytes) -> BlobTable:
+    r = _Reader(encoded, "BlobTable")
+    return BlobTable(r.view("<u8"), r.blob_view(), r.view("<i8"),
+                     r.blob_view(), r.view("<i8"))
+
+
 class StreamRejectedCoder(_Coder):
 
   def encode(self, value: StreamRejected) -> bytes:
@@ -503,6 +517,7 @@ for _type, _coder in ((StreamDocument, StreamDocumentCoder),
                       (ShardEntries, ShardEntriesCoder),
                       (ShardState, ShardStateCoder),
                       (DueIndex, DueIndexCoder),
+                      (BlobTable, BlobTableCoder),
                       (DocBatch, DocBatchCoder),
                       (SeenState, SeenStateCoder),
                       (StreamRejected, StreamRejectedCoder)):
