@@ -107,12 +107,8 @@ def _rows(state: ss.ShardState, index) -> tuple:
 def _pending_runs(state: ss.ShardState, keys: np.ndarray) -> np.ndarray:
   """Indices of the waiting entries of ``keys`` (sorted, unique): by key,
   each key's in arrival order."""
-  lo = np.searchsorted(state.pending_keys, keys, "left")
-  hi = np.searchsorted(state.pending_keys, keys, "right")
-  lengths = hi - lo
-  starts = np.cumsum(lengths) - lengths
-  return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
-      lo - starts, lengths)
+  return ss.ranges(np.searchsorted(state.pending_keys, keys, "left"),
+                   np.searchsorted(state.pending_keys, keys, "right"))
 
 
 def _pending(state: ss.ShardState, index) -> tuple:
@@ -137,11 +133,9 @@ def _replace_keys(state: ss.ShardState, keys: np.ndarray,
   """``state`` with the buckets and waiting entries of ``keys`` (sorted)
   replaced by ``new``'s (whose keys are among them): costs what ``keys``
   and ``new`` hold, plus one pass over ``state``'s arrays."""
-  at = np.searchsorted(state.keys, keys)
-  present = at < len(state.keys)
-  present[present] = state.keys[at[present]] == keys[present]
   keep = np.ones(len(state.keys), bool)
-  keep[at[present]] = False
+  present = keys[_in_sorted(keys, state.keys)]
+  keep[np.searchsorted(state.keys, present)] = False
   rows = _rows(state, keep)
   where = np.searchsorted(rows[0], new.keys)
   columns = [np.insert(old, where, values)

@@ -98,6 +98,15 @@ def concat_members(a: MemberTable, b: MemberTable) -> MemberTable:
       np.concatenate([a.offsets, b.offsets[1:] + a.offsets[-1]]))
 
 
+def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+  """The indices ``starts[i]`` to ``ends[i]`` (exclusive) of every i, in
+  order, as one array."""
+  lengths = ends - starts
+  before = np.cumsum(lengths) - lengths
+  return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
+      starts - before, lengths)
+
+
 def take_ragged(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray):
   """Rows ``rows`` of a ragged array (row i is ``flat[offsets[i]:offsets[i +
   1]]``): ``(their values, flat, and their offsets)``, in one gather."""
@@ -105,9 +114,7 @@ def take_ragged(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray):
   starts, ends = offsets[rows], offsets[rows + 1]
   new = np.zeros(len(rows) + 1, np.int64)
   np.cumsum(ends - starts, out=new[1:])
-  index = np.arange(new[-1], dtype=np.int64) + np.repeat(
-      starts - new[:-1], ends - starts)
-  return flat[index], new
+  return flat[ranges(starts, ends)], new
 
 
 def _take_bytes(data: bytes, offsets: np.ndarray, rows: np.ndarray):
@@ -573,6 +580,21 @@ def id_hash(doc_id: str) -> int:
                                         digest_size=8).digest(), "little")
 
 
+def find_id(hashes: np.ndarray, id_bytes, id_offsets: np.ndarray,
+            doc_id: str) -> Optional[int]:
+  """The row of ``doc_id`` in rows sorted by :func:`id_hash` (row i's id is
+  ``id_bytes[id_offsets[i]:id_offsets[i + 1]]``; equal hashes are told
+  apart by the ids), or None."""
+  h = np.uint64(id_hash(doc_id))
+  lo = int(np.searchsorted(hashes, h, side="left"))
+  hi = int(np.searchsorted(hashes, h, side="right"))
+  encoded = doc_id.encode("utf-8")
+  for row in range(lo, hi):
+    if bytes(id_bytes[id_offsets[row]:id_offsets[row + 1]]) == encoded:
+      return row
+  return None
+
+
 # What SeenIds.admit says of a document.
 FIRST, REDELIVERY, OTHER_RECORD = 0, 1, 2
 
@@ -588,17 +610,6 @@ class SeenIds:
     self._keep = np.ones(len(state.hashes), bool)
     self._new: Dict[str, Tuple[int, bytes, bytes]] = {}
 
-  def _find(self, doc_id: str) -> Optional[int]:
-    s = self._state
-    h = np.uint64(id_hash(doc_id))
-    lo = int(np.searchsorted(s.hashes, h, side="left"))
-    hi = int(np.searchsorted(s.hashes, h, side="right"))
-    encoded = doc_id.encode("utf-8")
-    for row in range(lo, hi):
-      if s.id_bytes[s.id_offsets[row]:s.id_offsets[row + 1]] == encoded:
-        return row
-    return None
-
   def admit(self, doc_id: str, event_ms: int, record_digest: bytes,
             text_digest: bytes) -> Tuple[int, int, bool]:
     """``(what, first event ms, same text)`` for a document: ``FIRST``
@@ -606,7 +617,8 @@ class SeenIds:
     ``OTHER_RECORD`` (another record under an id already seen)."""
     first = self._new.get(doc_id)
     if first is None:
-      row = self._find(doc_id)
+      s = self._state
+      row = find_id(s.hashes, s.id_bytes, s.id_offsets, doc_id)
       if row is not None:
         s = self._state
         first = (int(s.event_ms[row]), s.record_digests[row].tobytes(),

@@ -15,7 +15,7 @@ from typing import List, NamedTuple, Sequence
 
 import numpy as np
 
-from transforms.kernels.stream_shard import id_hash
+from transforms.kernels.stream_shard import find_id, id_hash
 
 
 class BlobTable(NamedTuple):
@@ -43,18 +43,9 @@ def empty_table() -> BlobTable:
 
 def find(table: BlobTable, ids: Sequence[str]) -> np.ndarray:
   """The row of each id, -1 where it has none."""
-  hashes = np.array([id_hash(i) for i in ids], np.uint64)
-  lo = np.searchsorted(table.hashes, hashes, "left").tolist()
-  hi = np.searchsorted(table.hashes, hashes, "right").tolist()
-  rows = np.full(len(ids), -1, np.int64)
-  for i, (doc_id, start, end) in enumerate(zip(ids, lo, hi)):
-    encoded = doc_id.encode("utf-8")
-    for row in range(start, end):
-      if bytes(table.id_bytes[table.id_offsets[row]:
-                              table.id_offsets[row + 1]]) == encoded:
-        rows[i] = row
-        break
-  return rows
+  rows = [find_id(table.hashes, table.id_bytes, table.id_offsets, i)
+          for i in ids]
+  return np.array([-1 if row is None else row for row in rows], np.int64)
 
 
 def updated(table: BlobTable, drop: np.ndarray, ids: List[str],

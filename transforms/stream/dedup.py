@@ -496,13 +496,13 @@ class _BucketsFn(beam.DoFn):
   def _close(self, shard, before, cells, tick, timestamp, window):
     layers = shard.layers
     # The parts that changed are written; an empty layer is cleared.
+    empty = {"cold": not (len(layers.cold.keys) or len(layers.cold_members)),
+             "hot": not (len(layers.hot.keys) or len(layers.hot_members)
+                         or layers.fired)}
     for name, cell, part in zip(layers._fields, cells, layers):
       if name not in shard.changed:
         continue
-      empty = not (len(layers.cold.keys) or len(layers.cold_members)) if (
-          name.startswith("cold")) else not (len(layers.hot.keys) or len(
-              layers.hot_members) or layers.fired)
-      if empty:
+      if empty["cold" if name.startswith("cold") else "hot"]:
         cell.clear()
       else:
         cell.write(part)
