@@ -113,6 +113,67 @@ def flink_taskmanager_jars() -> List[str]:
           and not name.startswith(("flink-", "slf4j-"))]
 
 
+def kafka_io_path() -> str:
+  """Where ``scripts/install_flink.sh kafka`` puts Beam's KafkaIO jars."""
+  runner = flink_versions()["BEAM_FLINK_RUNNER"]
+  return os.path.join(engines_cache(), "flink", f"beam-{runner}-kafka-io")
+
+
+def kafka_expansion_jar_path() -> str:
+  """The expansion service's thin jar (Beam's ExpansionService with KafkaIO
+  on its classpath)."""
+  return os.path.join(kafka_io_path(), "beam-kafka-expansion-service.jar")
+
+
+def kafka_job_server_path() -> str:
+  """The Flink job server's thin jar with KafkaIO's jars added, so that
+  Flink runs KafkaIO's Java steps in its embedded Java harness."""
+  return os.path.join(kafka_io_path(), "beam-flink-job-server-kafka.jar")
+
+
+def kafka_broker_jars() -> str:
+  """The folder of the Kafka broker's jars (``scripts/kafka.sh`` runs
+  them)."""
+  return os.path.join(engines_cache(), "kafka",
+                      f"kafka-{flink_versions()['KAFKA_BROKER']}", "jars")
+
+
+def missing_kafka_reason() -> str:
+  """Why Kafka I/O cannot be used here, naming the script that fixes it;
+  empty when it can."""
+  if all(os.path.isfile(p) for p in (kafka_expansion_jar_path(),
+                                     kafka_job_server_path())):
+    return ""
+  return (f"Beam's KafkaIO is not installed at {kafka_io_path()}; run"
+          f" {INSTALL_FLINK} kafka (needs Java and Maven)")
+
+
+def kafka_expansion_service(address: Optional[str] = None):
+  """What expands KafkaIO: the service at ``address`` (host:port) when
+  given, else one that Beam starts from the cached jar for the job and
+  stops after it, with Java class lookup allowed, an EMBEDDED environment
+  (Flink runs the Java steps in its own JVM) and ``use_deprecated_read``
+  (without it on the expansion service, measured: a streaming read on Flink
+  advanced its offsets and emitted nothing).
+
+  Raises:
+    ValueError: no address is given and the jar is not installed.
+  """
+  if address:
+    return address
+  reason = missing_kafka_reason()
+  if reason:
+    raise ValueError(f"Kafka I/O: {reason}, or pass --expansion_service"
+                     " host:port.")
+  # pylint: disable=import-outside-toplevel
+  from apache_beam.transforms.external import JavaJarExpansionService
+  return JavaJarExpansionService(
+      kafka_expansion_jar_path(),
+      extra_args=["{{PORT}}", "--javaClassLookupAllowlistFile=*",
+                  "--defaultEnvironmentType=EMBEDDED",
+                  "--experiments=use_deprecated_read"])
+
+
 def flink_home_path() -> str:
   """Where ``scripts/install_flink.sh cluster`` assembles Flink."""
   return os.path.join(engines_cache(), "flink",
@@ -138,20 +199,33 @@ def missing_flink_reason(cluster: bool = False) -> str:
           " Maven)")
 
 
-def configure_flink(opts: PipelineOptions) -> None:
+def configure_flink(opts: PipelineOptions, kafka: bool = False) -> None:
   """Points FlinkRunner at the cached job server (with
-  ``--flink_submit_uber_jar``: the cached submission jar) and its Flink
-  version, and sets the runner to ``FLINK_RUNNER`` (Beam's FlinkRunner,
-  seeing an uber-jar job's end within 3 s).
+  ``--flink_submit_uber_jar``: the cached submission jar; with ``kafka``:
+  the job server that runs KafkaIO) and its Flink version, and sets the
+  runner to ``FLINK_RUNNER`` (Beam's FlinkRunner, seeing an uber-jar job's
+  end within 3 s).
 
   Raises:
-    ValueError: no such jar is given or cached, or --flink_version differs
-      from the cached jars' Flink.
+    ValueError: no such jar is given or cached, --flink_version differs
+      from the cached jars' Flink, or ``kafka`` with an uber jar.
   """
   # Imported by Beam only when the job is built.
   opts.view_as(StandardOptions).runner = FLINK_RUNNER
   flink = opts.view_as(FlinkRunnerOptions)
   uber = flink.flink_submit_uber_jar
+  if kafka and not flink.flink_job_server_jar:
+    if uber:
+      raise ValueError(
+          "Kafka I/O with --flink_submit_uber_jar: not assembled here (the"
+          " submission jar lacks KafkaIO); submit through the Kafka job"
+          " server instead (drop --flink_submit_uber_jar; --flink_master"
+          " host:port works without it).")
+    reason = missing_kafka_reason()
+    if reason:
+      raise ValueError(f"--runner FlinkRunner with Kafka: {reason}, or pass"
+                       " --flink_job_server_jar.")
+    flink.flink_job_server_jar = kafka_job_server_path()
   if not flink.flink_job_server_jar:
     flink.flink_job_server_jar = (find_flink_submit_jar() if uber
                                   else find_flink_job_server())
@@ -164,7 +238,8 @@ def configure_flink(opts: PipelineOptions) -> None:
   # Also an explicit --flink_job_server_jar that is an installed one.
   if (given is not None and given != minor
       and flink.flink_job_server_jar in (find_flink_job_server(),
-                                         find_flink_submit_jar())):
+                                         find_flink_submit_jar(),
+                                         kafka_job_server_path())):
     raise ValueError(
         f"--flink_version {given}: the installed job server"
         f" ({flink_job_server_path()}) runs Flink {minor}; drop the"

@@ -49,10 +49,33 @@ def program_name() -> str:
   return "python -m pipeline" if name in ("", "__main__.py", "-c") else name
 
 
-def describe_parser(parser) -> None:
-  """Usage line, defaults in ``--help`` and ``--version`` for a job parser."""
+# What --help cannot list: the streaming job's flags and Beam's own.
+BATCH_EPILOG = """\
+streaming (an online job: Pub/Sub, Kafka or a folder in, verdicts out):
+  %(prog)s --streaming ...
+  %(prog)s --streaming --help       its flags
+runner flags (Beam's; taken as well, not listed above):
+  --runner NAME             FnApiRunner (default), PrismRunner, FlinkRunner,
+                            DataflowRunner (README: Local runners, Other runners)
+  --direct_num_workers N    processes of the local runner
+  --flink_master, --parallelism, --environment_type, --checkpointing_interval
+                            Flink (scripts/install_flink.sh, templates/flink/)
+  --project, --region, --temp_location, --setup_file
+                            Dataflow (templates/dataflow/)
+"""
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
+                     argparse.RawDescriptionHelpFormatter):
+  """Defaults after each flag's help; the epilog's lines as written."""
+
+
+def describe_parser(parser, epilog: str = BATCH_EPILOG) -> None:
+  """Usage line, defaults and ``epilog`` in ``--help``, and ``--version``,
+  for a job parser."""
   parser.prog = program_name()
-  parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+  parser.formatter_class = _HelpFormatter
+  parser.epilog = epilog
   parser.add_argument("--version", action="version",
                       version=f"%(prog)s {pipeline.__version__}")
 

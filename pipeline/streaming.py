@@ -1,9 +1,10 @@
 """The streaming job: ``python -m pipeline --streaming ...``.
 
-Reads a Pub/Sub subscription (``--input_subscription``) or files
-(``--input``, read once, or watched with ``--watch_interval``), decides each
-document online with :class:`~transforms.stream.dedup.DeduplicateStream`,
-and writes verdicts to a Pub/Sub topic (``--output_topic``) or windowed files
+Reads a Pub/Sub subscription (``--input_subscription``), Kafka topics
+(``--input_topic``, brokers ``--bootstrap_servers``) or files (``--input``, read
+once, or watched with ``--watch_interval``), decides each document online
+with :class:`~transforms.stream.dedup.DeduplicateStream`, and writes
+verdicts to a Pub/Sub or Kafka topic (``--output_topic``) or windowed files
 (``--output``). Every DedupConfig flag of the batch job applies unchanged.
 """
 
@@ -28,12 +29,16 @@ from apache_beam.options.pipeline_options import (DebugOptions,
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.engines import INSTALL_PRISM, configure_flink, find_prism
+from pipeline.engines import (INSTALL_FLINK, INSTALL_PRISM, configure_flink,
+                              find_prism, kafka_expansion_service)
 from pipeline.options import CLI_ONLY, DedupOptions, config_from_options
 from transforms.config import (STREAM_MODES, ConfigError, DedupConfig,
                                StreamConfig, parse_duration_ms)
 from transforms.read import COLUMNAR_FORMATS, detect_format, iter_lines
 from transforms.stream.dedup import PRISM_NO_SPLIT, DeduplicateStream
+from transforms.stream.kafka import (TIMESTAMP_POLICIES, ReadKafkaRecords,
+                                     WriteKafkaRecords, check_topic,
+                                     parse_config)
 from transforms.stream.messages import (END_EVENT_MS, FIRST_EVENT_MS,
                                         REJECTED, ParseRecords, RawRecord,
                                         rejected_json, verdict_json)
@@ -52,6 +57,26 @@ VERDICTS_DIR, DEDUPED_DIR, LATE_DIR, REJECTED_DIR = (
 _DEFAULTS = StreamConfig(DedupConfig(bands=1, rows=1))
 # Flink refuses checkpoint intervals under 10 ms.
 MIN_CHECKPOINT_MS = 10
+# Runners that run KafkaIO's Java steps with the expansion service that the
+# job starts (an EMBEDDED environment: Flink's own JVM).
+_KAFKA_RUNNERS = ("FlinkRunner", "PortableRunner")
+STREAM_EPILOG = """\
+Kafka (Beam's Java KafkaIO; scripts/install_flink.sh kafka installs it,
+scripts/kafka.sh starts a local broker):
+  --input_topic docs --output_topic verdicts --bootstrap_servers HOST:PORT
+  (Beam's flag, default localhost:9092) runs on FlinkRunner (the default
+  runner then: --flink_master [local] or host:port), or on any runner with
+  --expansion_service HOST:PORT. An --output_topic not under projects/ is
+  a Kafka topic.
+runner flags (Beam's; taken as well, not listed above):
+  --runner NAME             BundleBasedDirectRunner (default for files and
+                            Pub/Sub), PrismRunner (default with
+                            --watch_interval), FlinkRunner, DataflowRunner
+  --flink_master, --parallelism, --environment_type, --checkpointing_interval
+                            Flink (templates/flink/README.md)
+  --project, --region, --temp_location, --enable_streaming_engine
+                            Dataflow (templates/dataflow-streaming/)
+"""
 
 
 class StreamingOptions(PipelineOptions):
@@ -76,16 +101,41 @@ class StreamingOptions(PipelineOptions):
                     help="JSON field with the event time (epoch seconds or"
                     " RFC 3339); overrides the source's timestamps.")
     io.add_argument("--output_topic",
-                    help="Pub/Sub topic to publish to, projects/P/topics/T"
-                    " (instead of --output).")
+                    help="Pub/Sub topic to publish to, projects/P/topics/T,"
+                    " or a Kafka topic (any other name; see"
+                    " --bootstrap_servers) (instead of --output).")
+    io.add_argument("--input_topic",
+                    help="Kafka topics to read (comma-separated; brokers:"
+                    " --bootstrap_servers); JSON values with the text and id"
+                    " fields (instead of --input). Without --id_field a"
+                    " record's id is kafka:<topic>/<partition>/<offset>.")
+    io.add_argument("--kafka_timestamp_policy", default="CreateTime",
+                    choices=TIMESTAMP_POLICIES,
+                    help="Event time of a Kafka record (unless"
+                    " --event_time_field): its CreateTime or LogAppendTime"
+                    " timestamp (the watermark follows them, and the wall"
+                    " clock once the reader has caught up), or the time it"
+                    " is read.")
+    io.add_argument("--consumer_config", action="append", metavar="KEY=VALUE",
+                    help="Kafka consumer setting (repeat the flag); reads"
+                    " start at the earliest offset unless auto.offset.reset"
+                    " says otherwise; with group.id, offsets are committed"
+                    " at checkpoints.")
+    io.add_argument("--producer_config", action="append", metavar="KEY=VALUE",
+                    help="Kafka producer setting (repeat the flag).")
+    io.add_argument("--expansion_service", metavar="HOST:PORT",
+                    help="A running expansion service with Beam's KafkaIO;"
+                    " default: one started for the job from the jar of"
+                    f" {INSTALL_FLINK} kafka.")
     io.add_argument("--publish", default="verdicts", choices=PUBLISH,
                     help="verdicts: one JSON verdict per document (kept,"
                     " duplicate, late, rejected); kept: the kept documents'"
                     " original messages (late and rejected ones then go to"
                     " --dead_letter_topic).")
     io.add_argument("--dead_letter_topic",
-                    help="Pub/Sub topic for late and rejected records' JSON"
-                    " verdicts; required with --publish kept.")
+                    help="Topic (Pub/Sub or Kafka, as --output_topic) for late"
+                    " and rejected records' JSON verdicts; required with"
+                    " --publish kept.")
     io.add_argument("--watch_interval", type=float, default=0.0,
                     help="Seconds between polls of --input for new files; 0"
                     " reads the matching files once and finishes.")
@@ -130,12 +180,19 @@ _FILE_ONLY = ("input", "output", "input_format", "overwrite",
 # index", says how streaming would warm-start from an index).
 _BATCH_ONLY = ("index_out", "against")
 TEMPLATE_REQUIRED = ("input_subscription", "output_topic")
+# Flags that mean something only to a job that reads or writes Kafka.
+_KAFKA_SETTINGS = ("consumer_config", "producer_config", "expansion_service")
+# The Dataflow template reads Pub/Sub only: Kafka there would need an
+# expansion service whose Java environment Dataflow starts (not tested).
+_KAFKA_ONLY = ("input_topic", "kafka_timestamp_policy") + _KAFKA_SETTINGS
+PUBSUB_PREFIX = "projects/"
+_PUBSUB_INPUT_ONLY = ("timestamp_attribute", "id_label")
 
 
 class TemplateOptions:
   """The parameters of the Dataflow streaming Flex Template: every option of
-  the streaming job except the file-only ones (not a PipelineOptions class,
-  so it registers nothing)."""
+  the streaming job except the file-only and Kafka ones (not a
+  PipelineOptions class, so it registers nothing)."""
 
   @classmethod
   def _add_argparse_args(cls, parser):
@@ -144,7 +201,7 @@ class TemplateOptions:
     DedupOptions._add_argparse_args(scratch)
     StreamingOptions._add_argparse_args(scratch)
     for action in scratch._actions:
-      if action.dest not in _FILE_ONLY + _BATCH_ONLY:
+      if action.dest not in _FILE_ONLY + _BATCH_ONLY + _KAFKA_ONLY:
         parser._add_action(action)
 
 
@@ -159,17 +216,75 @@ def stream_config(options: PipelineOptions) -> StreamConfig:
       max_pending=view.max_pending, key_shards=view.key_shards)
 
 
+def _kafka_out(view) -> bool:
+  """Whether ``--output_topic`` names a Kafka topic (a Pub/Sub one is a
+  path under ``projects/``, which a Kafka name cannot be)."""
+  return bool(view.output_topic) and not view.output_topic.startswith(
+      PUBSUB_PREFIX)
+
+
+def uses_kafka(options: PipelineOptions) -> bool:
+  """Whether the job reads or writes Kafka."""
+  view = options.view_as(StreamingOptions)
+  return bool(view.input_topic) or _kafka_out(view)
+
+
+def bootstrap_servers(options: PipelineOptions) -> str:
+  """The Kafka brokers: Beam's own ``--bootstrap_servers`` flag (its Kafka
+  Streams runner's, default ``localhost:9092``), which the job shares
+  rather than defining a second one."""
+  return options.get_all_options()["bootstrap_servers"]
+
+
+def check_kafka(options: PipelineOptions) -> None:
+  """Raises ValueError naming the flags when the Kafka ones do not make a
+  job on this runner."""
+  view = options.view_as(StreamingOptions)
+  if not uses_kafka(options):
+    given = [f"--{name}" for name in _KAFKA_SETTINGS if getattr(view, name)]
+    if given:
+      raise ValueError(f"{', '.join(given)}: Kafka flags, and neither"
+                       " --input_topic nor --output_topic is a Kafka topic.")
+    return
+  if view.input_topic:
+    for topic in view.input_topic.split(","):
+      check_topic(topic.strip(), "--input_topic")
+    given = [f"--{name}" for name in _PUBSUB_INPUT_ONLY
+             if getattr(view, name)]
+    if given:
+      raise ValueError(f"{', '.join(given)}: Pub/Sub flags; a Kafka record's"
+                       " event time is --kafka_timestamp_policy or"
+                       " --event_time_field.")
+  if _kafka_out(view):
+    check_topic(view.output_topic, "--output_topic")
+    if view.dead_letter_topic:
+      check_topic(view.dead_letter_topic, "--dead_letter_topic")
+  parse_config(view.consumer_config, "--consumer_config")
+  parse_config(view.producer_config, "--producer_config")
+  runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
+  if not view.expansion_service and not runner.endswith(_KAFKA_RUNNERS):
+    raise ValueError(
+        f"Kafka I/O on {runner}: Beam's KafkaIO is Java, run here by Flink"
+        " (--runner FlinkRunner, the default with Kafka); on another runner"
+        " give --expansion_service host:port of a service whose environment"
+        " that runner can start.")
+
+
 def check_io(options: PipelineOptions) -> None:
   """Raises ValueError naming the flags when the sources or sinks given do
   not make one job."""
   files, view = options.view_as(DedupOptions), options.view_as(
       StreamingOptions)
-  if bool(files.input) == bool(view.input_subscription):
-    raise ValueError("give exactly one of --input (files) and"
-                     " --input_subscription (Pub/Sub).")
+  inputs = [bool(files.input), bool(view.input_subscription),
+            bool(view.input_topic)]
+  if sum(inputs) != 1:
+    raise ValueError("give exactly one of --input (files),"
+                     " --input_subscription (Pub/Sub) and --input_topic"
+                     " (Kafka).")
   if bool(files.output) == bool(view.output_topic):
     raise ValueError("give exactly one of --output (folder) and"
-                     " --output_topic (Pub/Sub).")
+                     " --output_topic (Pub/Sub or Kafka).")
+  check_kafka(options)
   if view.publish == "kept" and view.output_topic and not (
       view.dead_letter_topic):
     raise ValueError("--publish kept needs --dead_letter_topic for the late"
@@ -251,8 +366,17 @@ def build(p: beam.Pipeline, options: PipelineOptions, config: StreamConfig):
   """Adds the whole streaming job to ``p``."""
   files, view = options.view_as(DedupOptions), options.view_as(
       StreamingOptions)
+  expansion = (kafka_expansion_service(view.expansion_service)
+               if uses_kafka(options) else None)
   if view.input_subscription:
     records = read_pubsub(p, view)
+    input_format = "jsonl"
+  elif view.input_topic:
+    records = p | "ReadKafkaRecords" >> ReadKafkaRecords(
+        bootstrap_servers(options),
+        [t.strip() for t in view.input_topic.split(",")], expansion,
+        parse_config(view.consumer_config, "--consumer_config"),
+        view.kafka_timestamp_policy)
     input_format = "jsonl"
   else:
     input_format = detect_format(files.input, files.input_format)
@@ -262,7 +386,10 @@ def build(p: beam.Pipeline, options: PipelineOptions, config: StreamConfig):
   out = parsed.documents | "DeduplicateStream" >> DeduplicateStream(config)
   rejected = ((parsed[REJECTED], out[REJECTED])
               | "AllRejected" >> beam.Flatten())
-  if view.output_topic:
+  if _kafka_out(view):
+    publish_kafka(out["verdicts"], out["late"], rejected, view,
+                  bootstrap_servers(options), expansion)
+  elif view.output_topic:
     publish(out["verdicts"], out["late"], rejected, view)
   else:
     checkpointed = "checkpointing_interval" in options.get_all_options(
@@ -289,6 +416,36 @@ def publish(verdicts, late, rejected, view):
                 | "AllVerdicts" >> beam.Flatten())
   _ = everything | "PublishVerdicts" >> beam.io.WriteToPubSub(
       view.output_topic)
+
+
+def publish_kafka(verdicts, late, rejected, view, servers: str, expansion):
+  """As :func:`publish`, to Kafka topics: each record keyed by its
+  document's id (a rejection's by its source), so that one document's
+  records share a partition."""
+  keyed = {
+      "Verdict": verdicts | "KafkaVerdictJson" >> beam.Map(
+          lambda v: (v.doc_id.encode("utf-8"), verdict_json(v))),
+      "Late": late | "KafkaLateJson" >> beam.Map(
+          lambda v: (v.doc_id.encode("utf-8"), verdict_json(v))),
+      "Rejected": rejected | "KafkaRejectedJson" >> beam.Map(
+          lambda r: (r.source.encode("utf-8"), rejected_json(r))),
+  }
+  config = parse_config(view.producer_config, "--producer_config")
+  if view.publish == "kept":
+    kept = (verdicts
+            | "KafkaKeptOnly" >> beam.Filter(lambda v: v.verdict == "kept")
+            | "KafkaKeptRecords" >> beam.Map(
+                lambda v: (v.doc_id.encode("utf-8"), v.record)))
+    _ = kept | "KafkaPublishKept" >> WriteKafkaRecords(
+        servers, view.output_topic, expansion, config)
+    dead = ((keyed["Late"], keyed["Rejected"])
+            | "KafkaDeadLetters" >> beam.Flatten())
+    _ = dead | "KafkaPublishDeadLetters" >> WriteKafkaRecords(
+        servers, view.dead_letter_topic, expansion, config)
+    return
+  everything = tuple(keyed.values()) | "KafkaAllVerdicts" >> beam.Flatten()
+  _ = everything | "KafkaPublishVerdicts" >> WriteKafkaRecords(
+      servers, view.output_topic, expansion, config)
 
 
 def write_files(verdicts, late, rejected, output: str, window_ms: int,
@@ -442,11 +599,12 @@ def main(argv: Optional[List[str]] = None) -> int:
   if "--help" in argv or "-h" in argv:
     # pylint: disable=protected-access
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline --streaming",
         description="Online near-duplicate filtering (see README,"
         " Streaming); also takes Beam's runner options.")
     DedupOptions._add_argparse_args(parser)
     StreamingOptions._add_argparse_args(parser)
+    parser.epilog = STREAM_EPILOG
+    parser.prog += " --streaming"
     parser.print_help()
     return 0
   try:
@@ -463,9 +621,12 @@ def main(argv: Optional[List[str]] = None) -> int:
   except SystemExit as e:
     return 0 if e.code is None else int(e.code)
   options.view_as(StandardOptions).streaming = True
+  kafka = uses_kafka(options)
   if options.view_as(StandardOptions).runner is None:
     prism = find_prism()
-    if options.view_as(StreamingOptions).watch_interval > 0 and prism:
+    if kafka and not options.view_as(StreamingOptions).expansion_service:
+      options.view_as(StandardOptions).runner = "FlinkRunner"
+    elif options.view_as(StreamingOptions).watch_interval > 0 and prism:
       options.view_as(StandardOptions).runner = "PrismRunner"
       options.view_as(PrismRunnerOptions).prism_location = prism
     else:
@@ -474,7 +635,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     options.view_as(DebugOptions).add_experiment(PRISM_NO_SPLIT)
   try:
     if options.view_as(StandardOptions).runner.endswith("FlinkRunner"):
-      configure_flink(options)
+      configure_flink(options, kafka=kafka)
     config = stream_config(options)
     check_io(options)
     files = options.view_as(DedupOptions)

@@ -7,6 +7,11 @@
 #   scripts/install_flink.sh cluster      # also a Flink distribution (PyPI,
 #                                         # ~250 MB once) and the submission
 #                                         # jar; prints its FLINK_HOME
+#   scripts/install_flink.sh kafka        # also Beam's KafkaIO: an expansion
+#                                         # service, a job server that runs
+#                                         # KafkaIO, and a Kafka broker's jars
+#                                         # (Maven, ~200 MB once); prints the
+#                                         # expansion service's jar
 #
 # Versions: templates/flink/versions.env, which says why they are these. The job
 # server is Beam's org.apache.beam.runners.flink.FlinkJobServerDriver from the
@@ -29,8 +34,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=../templates/flink/versions.env
 source "$ROOT/templates/flink/versions.env"
 WHAT="${1:-job-server}"
-case "$WHAT" in job-server|cluster) ;; *)
-  echo "usage: $0 [job-server|cluster]" >&2; exit 2;; esac
+case "$WHAT" in job-server|cluster|kafka) ;; *)
+  echo "usage: $0 [job-server|cluster|kafka]" >&2; exit 2;; esac
 CACHE="${NEARDUP_ENGINES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/neardup-engines}"
 FLINK_MINOR="${FLINK%.*}"
 SERVER="$CACHE/flink/beam-$BEAM_FLINK_RUNNER-flink-$FLINK_MINOR"
@@ -38,38 +43,58 @@ JAR="$SERVER/beam-flink-job-server.jar"
 SUBMIT_JAR="$SERVER/beam-flink-submit.jar"
 HOME_DIR="$CACHE/flink/flink-$FLINK"
 SERVER_OPENS="java.base/java.util java.base/java.lang"
+KAFKA_IO="$CACHE/flink/beam-$BEAM_FLINK_RUNNER-kafka-io"
+EXPANSION_JAR="$KAFKA_IO/beam-kafka-expansion-service.jar"
+KAFKA_SERVER_JAR="$KAFKA_IO/beam-flink-job-server-kafka.jar"
+BROKER="$CACHE/kafka/kafka-$KAFKA_BROKER"
 
 need() {
   command -v "$1" >/dev/null 2>&1 || {
     echo "install_flink: $1 is not installed ($2)" >&2; exit 1; }
 }
 
+# resolve DIR DEPENDENCY_XML...: copies the dependencies (and theirs) into
+# DIR/jars, with slf4j-simple (without a binding Beam's Java services log
+# nothing at all).
+resolve() {
+  local dir="$1"
+  shift
+  need mvn "Beam's Java artifacts come from Maven"
+  {
+    echo '<project xmlns="http://maven.apache.org/POM/4.0.0">'
+    echo '<modelVersion>4.0.0</modelVersion><groupId>neardup</groupId>'
+    echo '<artifactId>engine</artifactId><version>1</version><dependencies>'
+    printf '%s\n' "$@"
+    echo '<dependency><groupId>org.slf4j</groupId>'
+    echo '<artifactId>slf4j-simple</artifactId><version>1.7.30</version>'
+    echo '</dependency></dependencies></project>'
+  } > "$dir/pom.xml"
+  mvn -q -B -f "$dir/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$dir/jars" >&2
+}
+
+dependency() {  # GROUP ARTIFACT VERSION [EXCLUDED_GROUP]
+  echo "<dependency><groupId>$1</groupId><artifactId>$2</artifactId>"
+  echo "<version>$3</version>"
+  if [[ -n "${4:-}" ]]; then
+    echo "<exclusions><exclusion><groupId>$4</groupId>"
+    echo "<artifactId>*</artifactId></exclusion></exclusions>"
+  fi
+  echo "</dependency>"
+}
+
 install_job_server() {
   [[ -f "$JAR" ]] && return 0
   need java "Flink and its job server run on Java 11 or 17"
-  need mvn "the runner and its dependencies come from Maven"
   need jar "the JDK's jar tool builds the thin jar"
   mkdir -p "$CACHE/flink"
   local tmp
   tmp="$(mktemp -d "$CACHE/flink/.server.XXXXXX")"
   trap 'rm -rf "$tmp"' RETURN
-  # slf4j-simple: without a binding the job server logs nothing at all.
-  cat > "$tmp/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>neardup</groupId><artifactId>flink-job-server</artifactId>
-  <version>1</version>
-  <dependencies>
-    <dependency><groupId>org.apache.beam</groupId>
-      <artifactId>beam-runners-flink-$FLINK_MINOR</artifactId>
-      <version>$BEAM_FLINK_RUNNER</version></dependency>
-    <dependency><groupId>org.slf4j</groupId>
-      <artifactId>slf4j-simple</artifactId><version>1.7.30</version></dependency>
-  </dependencies>
-</project>
-POM
-  mvn -q -B -f "$tmp/pom.xml" dependency:copy-dependencies \
-      -DoutputDirectory="$tmp/server/jars" >&2
+  mkdir "$tmp/server"
+  resolve "$tmp/server" "$(dependency org.apache.beam \
+      "beam-runners-flink-$FLINK_MINOR" "$BEAM_FLINK_RUNNER")"
+  rm "$tmp/server/pom.xml"
   local entries=()
   for j in "$tmp"/server/jars/*.jar; do entries+=("jars/$(basename "$j")"); done
   ADD_OPENS="$SERVER_OPENS" manifest_jar "$tmp/server/beam-flink-job-server.jar" \
@@ -161,12 +186,79 @@ install_cluster() {
   mv "$tmp/home" "$HOME_DIR"
 }
 
+# Beam's KafkaIO and expansion service at the runner's version, resolved on
+# their own (io.confluent's repository is not reachable; its schema-registry
+# serializers are not used here). The expansion service's jar lists them
+# all; the Kafka job server's lists the job server's jars and then those of
+# these that the job server lacks (by artifact, so that Maven's choice of
+# versions for the runner stays as it is).
+install_kafka_io() {
+  [[ -f "$KAFKA_SERVER_JAR" ]] && return 0
+  need jar "the JDK's jar tool builds the thin jars"
+  need python3 "it compares the two sets of jars"
+  mkdir -p "$CACHE/flink"
+  local tmp
+  tmp="$(mktemp -d "$CACHE/flink/.kafka-io.XXXXXX")"
+  trap 'rm -rf "$tmp"' RETURN
+  mkdir "$tmp/io"
+  resolve "$tmp/io" \
+      "$(dependency org.apache.beam beam-sdks-java-io-kafka \
+          "$BEAM_FLINK_RUNNER" io.confluent)" \
+      "$(dependency org.apache.beam beam-sdks-java-expansion-service \
+          "$BEAM_FLINK_RUNNER")" \
+      "$(dependency org.apache.kafka kafka-clients "$KAFKA_CLIENTS")" \
+      "$(dependency com.github.jbellis jamm "$JAMM")"
+  rm "$tmp/io/pom.xml"
+  local entries=() extra=()
+  for j in "$tmp"/io/jars/*.jar; do entries+=("jars/$(basename "$j")"); done
+  manifest_jar "$tmp/io/$(basename "$EXPANSION_JAR")" \
+      org.apache.beam.sdk.expansion.service.ExpansionService "${entries[@]}"
+  mapfile -t extra < <(python3 - "$SERVER/jars" "$tmp/io/jars" <<'PY'
+import pathlib, re, sys
+def artifact(p):
+    return re.sub(r"-\d[^-]*(-[A-Za-z][^-]*)?\.jar$", "", p.name)
+have = {artifact(p) for p in pathlib.Path(sys.argv[1]).glob("*.jar")}
+for p in sorted(pathlib.Path(sys.argv[2]).glob("*.jar")):
+    if artifact(p) not in have:
+        print("jars/" + p.name)
+PY
+)
+  entries=()
+  for j in "$SERVER"/jars/*.jar; do
+    entries+=("../$(basename "$SERVER")/jars/$(basename "$j")")
+  done
+  ADD_OPENS="$SERVER_OPENS" manifest_jar \
+      "$tmp/io/$(basename "$KAFKA_SERVER_JAR")" \
+      org.apache.beam.runners.flink.FlinkJobServerDriver \
+      "${entries[@]}" "${extra[@]}"
+  rm -rf "$KAFKA_IO"
+  mv "$tmp/io" "$KAFKA_IO"
+}
+
+# The broker's jars (kafka.Kafka, KRaft mode; scripts/kafka.sh starts it).
+install_broker() {
+  [[ -d "$BROKER/jars" ]] && return 0
+  mkdir -p "$CACHE/kafka"
+  local tmp
+  tmp="$(mktemp -d "$CACHE/kafka/.broker.XXXXXX")"
+  trap 'rm -rf "$tmp"' RETURN
+  resolve "$tmp" "$(dependency org.apache.kafka kafka_2.13 "$KAFKA_BROKER")"
+  rm -rf "$BROKER"
+  mkdir -p "$BROKER"
+  mv "$tmp/jars" "$BROKER/jars"
+}
+
 install_job_server
 fix_job_server_manifest
-if [[ "$WHAT" == cluster ]]; then
-  install_cluster
-  install_submit_jar
-  echo "$HOME_DIR"
-else
-  echo "$JAR"
-fi
+case "$WHAT" in
+  cluster)
+    install_cluster
+    install_submit_jar
+    echo "$HOME_DIR";;
+  kafka)
+    install_kafka_io
+    install_broker
+    echo "$EXPANSION_JAR";;
+  *)
+    echo "$JAR";;
+esac
