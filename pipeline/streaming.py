@@ -261,7 +261,7 @@ def check_kafka(options: PipelineOptions) -> None:
       check_topic(view.dead_letter_topic, "--dead_letter_topic")
   parse_config(view.consumer_config, "--consumer_config")
   parse_config(view.producer_config, "--producer_config")
-  runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
+  runner = options.view_as(StandardOptions).runner or default_runner(options)
   if not view.expansion_service and not runner.endswith(_KAFKA_RUNNERS):
     raise ValueError(
         f"Kafka I/O on {runner}: Beam's KafkaIO is Java, run here by Flink"
@@ -308,7 +308,7 @@ def check_io(options: PipelineOptions) -> None:
       files.output_compression != "auto"):
     raise ValueError("--annotate, --removal_list and --output_compression"
                      " are batch-job flags; streaming writes verdicts.")
-  runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
+  runner = options.view_as(StandardOptions).runner or default_runner(options)
   if view.watch_interval > 0 and runner.endswith("DirectRunner"):
     raise ValueError(
         "--watch_interval needs a runner with splittable DoFns"
@@ -320,6 +320,18 @@ def check_io(options: PipelineOptions) -> None:
   parse_duration_ms(view.watch_stop_after)
   if parse_duration_ms(view.output_window) <= 0:
     raise ValueError("--output_window must be positive, e.g. 60s.")
+
+
+def default_runner(options: PipelineOptions) -> str:
+  """The runner when none is given: FlinkRunner for Kafka (unless an
+  expansion service is given), Prism to watch a folder where it is
+  installed, else ``DEFAULT_RUNNER``."""
+  view = options.view_as(StreamingOptions)
+  if uses_kafka(options) and not view.expansion_service:
+    return "FlinkRunner"
+  if view.watch_interval > 0 and find_prism():
+    return "PrismRunner"
+  return DEFAULT_RUNNER
 
 
 def checkpointing_flags(options: PipelineOptions) -> List[str]:
@@ -341,7 +353,7 @@ def checkpointing_flags(options: PipelineOptions) -> List[str]:
   interval = given.get("checkpointing_interval")
   if interval is None:
     return []
-  runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
+  runner = options.view_as(StandardOptions).runner or default_runner(options)
   if not runner.endswith(("FlinkRunner", "PortableRunner")):
     raise ValueError(
         f"--checkpointing_interval is a Flink runner option; {runner} has no"
@@ -360,6 +372,12 @@ def checkpointing_flags(options: PipelineOptions) -> List[str]:
   if "finish_bundle_before_checkpointing" in given:
     return []
   return ["--finish_bundle_before_checkpointing"]
+
+
+def checkpointed(options: PipelineOptions) -> bool:
+  """Whether the job takes Flink checkpoints (``--checkpointing_interval``)."""
+  return "checkpointing_interval" in options.get_all_options(
+      retain_unknown_options=True)
 
 
 def build(p: beam.Pipeline, options: PipelineOptions, config: StreamConfig):
@@ -392,10 +410,8 @@ def build(p: beam.Pipeline, options: PipelineOptions, config: StreamConfig):
   elif view.output_topic:
     publish(out["verdicts"], out["late"], rejected, view)
   else:
-    checkpointed = "checkpointing_interval" in options.get_all_options(
-        retain_unknown_options=True)
     write_files(out["verdicts"], out["late"], rejected, files.output,
-                parse_duration_ms(view.output_window), checkpointed)
+                parse_duration_ms(view.output_window), checkpointed(options))
 
 
 def publish(verdicts, late, rejected, view):
@@ -421,7 +437,7 @@ def publish(verdicts, late, rejected, view):
 def publish_kafka(verdicts, late, rejected, view, servers: str, expansion):
   """As :func:`publish`, to Kafka topics: each record keyed by its
   document's id (a rejection's by its source), so that one document's
-  records share a partition."""
+  records share a partition (at least once: KafkaIO's writer)."""
   keyed = {
       "Verdict": verdicts | "KafkaVerdictJson" >> beam.Map(
           lambda v: (v.doc_id.encode("utf-8"), verdict_json(v))),
@@ -431,21 +447,22 @@ def publish_kafka(verdicts, late, rejected, view, servers: str, expansion):
           lambda r: (r.source.encode("utf-8"), rejected_json(r))),
   }
   config = parse_config(view.producer_config, "--producer_config")
+
+  def sink(topic):
+    return WriteKafkaRecords(servers, topic, expansion, config)
+
   if view.publish == "kept":
     kept = (verdicts
             | "KafkaKeptOnly" >> beam.Filter(lambda v: v.verdict == "kept")
             | "KafkaKeptRecords" >> beam.Map(
                 lambda v: (v.doc_id.encode("utf-8"), v.record)))
-    _ = kept | "KafkaPublishKept" >> WriteKafkaRecords(
-        servers, view.output_topic, expansion, config)
+    _ = kept | "KafkaPublishKept" >> sink(view.output_topic)
     dead = ((keyed["Late"], keyed["Rejected"])
             | "KafkaDeadLetters" >> beam.Flatten())
-    _ = dead | "KafkaPublishDeadLetters" >> WriteKafkaRecords(
-        servers, view.dead_letter_topic, expansion, config)
+    _ = dead | "KafkaPublishDeadLetters" >> sink(view.dead_letter_topic)
     return
   everything = tuple(keyed.values()) | "KafkaAllVerdicts" >> beam.Flatten()
-  _ = everything | "KafkaPublishVerdicts" >> WriteKafkaRecords(
-      servers, view.output_topic, expansion, config)
+  _ = everything | "KafkaPublishVerdicts" >> sink(view.output_topic)
 
 
 def write_files(verdicts, late, rejected, output: str, window_ms: int,
@@ -623,21 +640,17 @@ def main(argv: Optional[List[str]] = None) -> int:
   options.view_as(StandardOptions).streaming = True
   kafka = uses_kafka(options)
   if options.view_as(StandardOptions).runner is None:
-    prism = find_prism()
-    if kafka and not options.view_as(StreamingOptions).expansion_service:
-      options.view_as(StandardOptions).runner = "FlinkRunner"
-    elif options.view_as(StreamingOptions).watch_interval > 0 and prism:
-      options.view_as(StandardOptions).runner = "PrismRunner"
-      options.view_as(PrismRunnerOptions).prism_location = prism
-    else:
-      options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+    options.view_as(StandardOptions).runner = default_runner(options)
+    if options.view_as(StandardOptions).runner == "PrismRunner":
+      options.view_as(PrismRunnerOptions).prism_location = find_prism()
   if options.view_as(StandardOptions).runner.endswith(_MAYBE_PRISM):
     options.view_as(DebugOptions).add_experiment(PRISM_NO_SPLIT)
   try:
-    if options.view_as(StandardOptions).runner.endswith("FlinkRunner"):
-      configure_flink(options, kafka=kafka)
     config = stream_config(options)
     check_io(options)
+    # After the flags' own checks: a wrong flag is the first thing to fix.
+    if options.view_as(StandardOptions).runner.endswith("FlinkRunner"):
+      configure_flink(options, kafka=kafka)
     files = options.view_as(DedupOptions)
     if files.input and not FileSystems.match([files.input])[0].metadata_list \
         and not options.view_as(StreamingOptions).watch_interval:
