@@ -57,9 +57,10 @@ VERDICTS_DIR, DEDUPED_DIR, LATE_DIR, REJECTED_DIR = (
 _DEFAULTS = StreamConfig(DedupConfig(bands=1, rows=1))
 # Flink refuses checkpoint intervals under 10 ms.
 MIN_CHECKPOINT_MS = 10
-# Runners that run KafkaIO's Java steps with the expansion service that the
-# job starts (an EMBEDDED environment: Flink's own JVM).
-_KAFKA_RUNNERS = ("FlinkRunner", "PortableRunner")
+# Flink, or a portable job server that may be Flink's: the runners that take
+# checkpoints and that run KafkaIO's Java steps with the expansion service
+# the job starts (an EMBEDDED environment: Flink's own JVM).
+_FLINK_RUNNERS = ("FlinkRunner", "PortableRunner")
 STREAM_EPILOG = """\
 Kafka (Beam's Java KafkaIO; scripts/install_flink.sh kafka installs it,
 scripts/kafka.sh starts a local broker):
@@ -262,7 +263,7 @@ def check_kafka(options: PipelineOptions) -> None:
   parse_config(view.consumer_config, "--consumer_config")
   parse_config(view.producer_config, "--producer_config")
   runner = options.view_as(StandardOptions).runner or default_runner(options)
-  if not view.expansion_service and not runner.endswith(_KAFKA_RUNNERS):
+  if not view.expansion_service and not runner.endswith(_FLINK_RUNNERS):
     raise ValueError(
         f"Kafka I/O on {runner}: Beam's KafkaIO is Java, run here by Flink"
         " (--runner FlinkRunner, the default with Kafka); on another runner"
@@ -354,7 +355,7 @@ def checkpointing_flags(options: PipelineOptions) -> List[str]:
   if interval is None:
     return []
   runner = options.view_as(StandardOptions).runner or default_runner(options)
-  if not runner.endswith(("FlinkRunner", "PortableRunner")):
+  if not runner.endswith(_FLINK_RUNNERS):
     raise ValueError(
         f"--checkpointing_interval is a Flink runner option; {runner} has no"
         " checkpoints (use --runner FlinkRunner, or drop the flag).")
