@@ -73,7 +73,7 @@ def test_install_script_without_maven_fails_naming_it(tmp_path):
   if not shutil.which("java"):
     pytest.skip("needs java")
   env = dict(os.environ, NEARDUP_ENGINES_CACHE=str(tmp_path / "cache"),
-             PATH=_path_with(tmp_path, "java", "mktemp", "mkdir"))
+             PATH=_path_with(tmp_path, "java", "jar", "mktemp", "mkdir"))
   done = subprocess.run([shutil.which("bash"), SCRIPT], env=env, capture_output=True,
                         text=True, timeout=30)
   assert done.returncode == 1
