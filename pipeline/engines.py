@@ -11,6 +11,7 @@ command that installs it.
 from __future__ import annotations
 
 import os
+import zipfile
 from typing import List, Optional
 
 import apache_beam as beam
@@ -131,6 +132,26 @@ def kafka_job_server_path() -> str:
   return os.path.join(kafka_io_path(), "beam-flink-job-server-kafka.jar")
 
 
+def kafka_submit_jar_path() -> str:
+  """The submission jar of Kafka jobs (``--flink_submit_uber_jar``): the Kafka
+  job server's jars by absolute URL, as :func:`flink_submit_jar_path`'s."""
+  return os.path.join(kafka_io_path(), "beam-flink-submit-kafka.jar")
+
+
+def kafka_taskmanager_jars() -> List[str]:
+  """KafkaIO's jars that the job server lacks: what a TaskManager's lib/
+  takes besides :func:`flink_taskmanager_jars` to run a Kafka job's Java
+  steps (the Kafka job server's own Class-Path entries under ``jars/``)."""
+  with zipfile.ZipFile(kafka_job_server_path()) as jar:
+    text = jar.read("META-INF/MANIFEST.MF").decode("utf-8")
+  # A manifest's continuation lines start with one space.
+  text = text.replace("\r\n", "\n").replace("\n ", "")
+  class_path = next(line.split(": ", 1)[1] for line in text.splitlines()
+                    if line.startswith("Class-Path: "))
+  return [os.path.join(kafka_io_path(), entry)
+          for entry in class_path.split() if entry.startswith("jars/")]
+
+
 def kafka_broker_jars() -> str:
   """The folder of the Kafka broker's jars (``scripts/kafka.sh`` runs
   them)."""
@@ -142,7 +163,8 @@ def missing_kafka_reason() -> str:
   """Why Kafka I/O cannot be used here, naming the script that fixes it;
   empty when it can."""
   if all(os.path.isfile(p) for p in (kafka_expansion_jar_path(),
-                                     kafka_job_server_path())):
+                                     kafka_job_server_path(),
+                                     kafka_submit_jar_path())):
     return ""
   return (f"Beam's KafkaIO is not installed at {kafka_io_path()}; run"
           f" {INSTALL_FLINK} kafka (needs Java and Maven)")
@@ -202,30 +224,26 @@ def missing_flink_reason(cluster: bool = False) -> str:
 def configure_flink(opts: PipelineOptions, kafka: bool = False) -> None:
   """Points FlinkRunner at the cached job server (with
   ``--flink_submit_uber_jar``: the cached submission jar; with ``kafka``:
-  the job server that runs KafkaIO) and its Flink version, and sets the
+  the job server or submission jar that runs KafkaIO) and its Flink
+  version, and sets the
   runner to ``FLINK_RUNNER`` (Beam's FlinkRunner, seeing an uber-jar job's
   end within 3 s).
 
   Raises:
-    ValueError: no such jar is given or cached, --flink_version differs
-      from the cached jars' Flink, or ``kafka`` with an uber jar.
+    ValueError: no such jar is given or cached, or --flink_version
+      differs from the cached jars' Flink.
   """
   # Imported by Beam only when the job is built.
   opts.view_as(StandardOptions).runner = FLINK_RUNNER
   flink = opts.view_as(FlinkRunnerOptions)
   uber = flink.flink_submit_uber_jar
   if kafka and not flink.flink_job_server_jar:
-    if uber:
-      raise ValueError(
-          "Kafka I/O with --flink_submit_uber_jar: not assembled here (the"
-          " submission jar lacks KafkaIO); submit through the Kafka job"
-          " server instead (drop --flink_submit_uber_jar; --flink_master"
-          " host:port works without it).")
     reason = missing_kafka_reason()
     if reason:
       raise ValueError(f"--runner FlinkRunner with Kafka: {reason}, or pass"
                        " --flink_job_server_jar.")
-    flink.flink_job_server_jar = kafka_job_server_path()
+    flink.flink_job_server_jar = (kafka_submit_jar_path() if uber
+                                  else kafka_job_server_path())
   if not flink.flink_job_server_jar:
     flink.flink_job_server_jar = (find_flink_submit_jar() if uber
                                   else find_flink_job_server())
@@ -239,7 +257,8 @@ def configure_flink(opts: PipelineOptions, kafka: bool = False) -> None:
   if (given is not None and given != minor
       and flink.flink_job_server_jar in (find_flink_job_server(),
                                          find_flink_submit_jar(),
-                                         kafka_job_server_path())):
+                                         kafka_job_server_path(),
+                                         kafka_submit_jar_path())):
     raise ValueError(
         f"--flink_version {given}: the installed job server"
         f" ({flink_job_server_path()}) runs Flink {minor}; drop the"

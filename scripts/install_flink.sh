@@ -8,9 +8,10 @@
 #                                         # ~250 MB once) and the submission
 #                                         # jar; prints its FLINK_HOME
 #   scripts/install_flink.sh kafka        # also Beam's KafkaIO: an expansion
-#                                         # service, a job server that runs
-#                                         # KafkaIO, and a Kafka broker's jars
-#                                         # (Maven, ~200 MB once); prints the
+#                                         # service, a job server and a
+#                                         # submission jar that run KafkaIO,
+#                                         # and a Kafka broker's jars (Maven,
+#                                         # ~200 MB once); prints the
 #                                         # expansion service's jar
 #
 # Versions: templates/flink/versions.env, which says why they are these. The job
@@ -46,6 +47,7 @@ SERVER_OPENS="java.base/java.util java.base/java.lang"
 KAFKA_IO="$CACHE/flink/beam-$BEAM_FLINK_RUNNER-kafka-io"
 EXPANSION_JAR="$KAFKA_IO/beam-kafka-expansion-service.jar"
 KAFKA_SERVER_JAR="$KAFKA_IO/beam-flink-job-server-kafka.jar"
+KAFKA_SUBMIT_JAR="$KAFKA_IO/beam-flink-submit-kafka.jar"
 BROKER="$CACHE/kafka/kafka-$KAFKA_BROKER"
 
 need() {
@@ -235,6 +237,29 @@ PY
   mv "$tmp/io" "$KAFKA_IO"
 }
 
+# The submission jar of Kafka jobs (--flink_submit_uber_jar on a session
+# cluster): the Kafka job server's Class-Path as absolute file: URLs, like
+# beam-flink-submit.jar's (the TaskManagers' lib/ then needs KafkaIO's extra
+# jars too: pipeline.engines.kafka_taskmanager_jars()).
+install_kafka_submit_jar() {
+  [[ -f "$KAFKA_SUBMIT_JAR" ]] && return 0
+  need jar "the JDK's jar tool builds the submission jar"
+  need python3 "it writes the jars' file: URLs"
+  local urls=()
+  mapfile -t urls < <(python3 - "$KAFKA_SERVER_JAR" <<'PY'
+import pathlib, sys, zipfile
+jar = pathlib.Path(sys.argv[1])
+text = zipfile.ZipFile(jar).read("META-INF/MANIFEST.MF").decode()
+text = text.replace("\r\n", "\n").replace("\n ", "")
+fields = dict(l.split(": ", 1) for l in text.splitlines() if ": " in l)
+for entry in fields["Class-Path"].split():
+    print((jar.parent / entry).resolve().as_uri())
+PY
+)
+  manifest_jar "$KAFKA_SUBMIT_JAR" \
+      org.apache.beam.runners.flink.FlinkPipelineRunner "${urls[@]}"
+}
+
 # The broker's jars (kafka.Kafka, KRaft mode; scripts/kafka.sh starts it).
 install_broker() {
   [[ -d "$BROKER/jars" ]] && return 0
@@ -257,6 +282,7 @@ case "$WHAT" in
     echo "$HOME_DIR";;
   kafka)
     install_kafka_io
+    install_kafka_submit_jar
     install_broker
     echo "$EXPANSION_JAR";;
   *)

@@ -1,6 +1,6 @@
 """The streaming job with Kafka in and out (issue 29): flags checked before
-the job starts, the record mapping, and end to end on embedded Flink against
-a real broker.
+the job starts, the record mapping, and end to end against a real broker on
+embedded Flink and on a Flink session cluster.
 
 The end-to-end test starts the broker with ``scripts/kafka.sh`` (its own
 ports and state folder) and the job as ``python -m pipeline --streaming``
@@ -21,14 +21,20 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from types import SimpleNamespace
 
 import pytest
+from apache_beam.options.pipeline_options import FlinkRunnerOptions
 
 from pipeline import engines, streaming
+from tests import engines as engine_tier
 from tests import services
 from tests.corpus import seed_corpus
 from tests.stream_harness import read_rows
+from tests.test_flink_cluster import (CLUSTER_SETTINGS, ENVIRONMENT_CACHE_MS,
+                                      SLOTS, START_TIMEOUT_S,
+                                      TASKMANAGER_SETTINGS)
 from transforms.stream.kafka import (check_topic, consumer_config,
                                      kafka_record, parse_config)
 
@@ -75,6 +81,34 @@ def test_kafka_on_flink_without_the_jars_names_the_script(
   assert _main(["--input_topic", "docs", "--output", str(tmp_path / "o"),
                 "--runner", "FlinkRunner"]) == 2
   assert "scripts/install_flink.sh kafka" in capsys.readouterr().err
+
+
+def _fake_kafka_cache(cache):
+  """Empty jars where ``scripts/install_flink.sh kafka`` puts them, the Kafka
+  job server's with a Class-Path of two job-server jars and two extras."""
+  for path in (engines.kafka_expansion_jar_path(),
+               engines.kafka_submit_jar_path()):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "wb").close()
+  with zipfile.ZipFile(engines.kafka_job_server_path(), "w") as jar:
+    jar.writestr("META-INF/MANIFEST.MF", (
+        "Manifest-Version: 1.0\r\nClass-Path: ../server/jars/a.jar ../serv\r\n"
+        " er/jars/b.jar jars/kafka-clients-3.9.1.jar jars/jamm-0.4.0.jar\r\n"
+        "\r\n"))
+
+
+def test_kafka_on_flink_picks_the_kafka_jars(monkeypatch, tmp_path):
+  monkeypatch.setenv("NEARDUP_ENGINES_CACHE", str(tmp_path))
+  _fake_kafka_cache(tmp_path)
+  assert engines.kafka_taskmanager_jars() == [
+      os.path.join(engines.kafka_io_path(), "jars", name)
+      for name in ("kafka-clients-3.9.1.jar", "jamm-0.4.0.jar")]
+  for extra, jar in (([], engines.kafka_job_server_path()),
+                     (["--flink_submit_uber_jar"],
+                      engines.kafka_submit_jar_path())):
+    opts = streaming.PipelineOptions(["--runner", "FlinkRunner", *extra])
+    engines.configure_flink(opts, kafka=True)
+    assert opts.view_as(FlinkRunnerOptions).flink_job_server_jar == jar
 
 
 def test_pubsub_paths_stay_pubsub():
@@ -211,13 +245,17 @@ def _consume_until(servers, topic, count, alive, hold_s=3.0):
     consumer.close()
 
 
-def _run_job(servers, log_path, *extra):
-  """The streaming CLI on embedded Flink as a process group of its own."""
+EMBEDDED = ("--flink_master", "[local]", "--environment_type", "LOOPBACK")
+
+
+def _run_job(servers, log_path, *extra, runner=EMBEDDED):
+  """The streaming CLI on Flink (``runner``'s flags; embedded by default)
+  as a process group of its own."""
   with open(log_path, "wb") as log:
     return subprocess.Popen(
         [sys.executable, "-m", "pipeline", "--streaming", "--input_topic",
-         "docs", "--bootstrap_servers", servers, "--flink_master", "[local]",
-         "--environment_type", "LOOPBACK", *STREAM_ARGS, *extra],
+         "docs", "--bootstrap_servers", servers, *runner, *STREAM_ARGS,
+         *extra],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -236,6 +274,34 @@ def _stop(job):
   assert not left, f"the job's processes {left} outlived it"
 
 
+def _check_verdicts(records, rows, stamp_ms, tmp_path):
+  """Asserts that ``records`` (the output topic's) hold one verdict per
+  document of ``rows``, keyed by its id, equal to the BundleBasedDirectRunner's
+  over the same documents in a file, and the malformed record rejected.
+  Returns the rejected verdict and the direct run's verdicts by id."""
+  out = [json.loads(r.value) for r in records]
+  rejected = [o for o in out if o["verdict"] == "rejected"]
+  assert len(rejected) == 1
+  assert rejected[0]["reason"].startswith("malformed_json")
+  assert rejected[0]["source"].startswith("kafka:docs/")
+  verdicts = [o for o in out if o["verdict"] != "rejected"]
+  assert collections.Counter(o["id"] for o in verdicts) == {
+      r["id"]: 1 for r in rows}
+  assert all(r.key == o["id"].encode() for r, o in zip(records, out)
+             if o["verdict"] != "rejected")
+  with open(tmp_path / "all.jsonl", "w", encoding="utf-8") as f:
+    f.writelines(json.dumps(dict(r, ts=stamp_ms // 1000)) + "\n" for r in rows)
+  direct = subprocess.run(
+      [sys.executable, "-m", "pipeline", "--streaming", "--input",
+       str(tmp_path / "all.jsonl"), "--event_time_field", "ts", *STREAM_ARGS,
+       "--output", str(tmp_path / "direct")], cwd=ROOT, capture_output=True,
+      text=True, timeout=600)
+  assert direct.returncode == 0, direct.stderr[-3000:]
+  expected = {r["id"]: r for r in read_rows(tmp_path / "direct" / "verdicts")}
+  assert {o["id"]: o for o in verdicts} == expected
+  return rejected[0], expected
+
+
 def _log_tail(path):
   with open(path, encoding="utf-8", errors="replace") as f:
     return f.read()[-4000:]
@@ -248,8 +314,6 @@ def test_kafka_in_and_out_on_flink_gives_the_file_runs_verdicts(
   rows = _documents()
   stamp_ms = (int(time.time()) + AHEAD_S) * 1000
   _produce(broker, "docs", rows, stamp_ms)
-  with open(tmp_path / "all.jsonl", "w", encoding="utf-8") as f:
-    f.writelines(json.dumps(dict(r, ts=stamp_ms // 1000)) + "\n" for r in rows)
   job = _run_job(broker, tmp_path / "verdicts.log", "--output_topic",
                  "verdicts")
   try:
@@ -260,24 +324,7 @@ def test_kafka_in_and_out_on_flink_gives_the_file_runs_verdicts(
     raise
   finally:
     _stop(job)
-  out = [json.loads(r.value) for r in records]
-  rejected = [o for o in out if o["verdict"] == "rejected"]
-  assert len(rejected) == 1
-  assert rejected[0]["reason"].startswith("malformed_json")
-  assert rejected[0]["source"].startswith("kafka:docs/")
-  verdicts = [o for o in out if o["verdict"] != "rejected"]
-  assert collections.Counter(o["id"] for o in verdicts) == {
-      r["id"]: 1 for r in rows}
-  assert all(r.key == o["id"].encode() for r, o in zip(records, out)
-             if o["verdict"] != "rejected")
-  direct = subprocess.run(
-      [sys.executable, "-m", "pipeline", "--streaming", "--input",
-       str(tmp_path / "all.jsonl"), "--event_time_field", "ts", *STREAM_ARGS,
-       "--output", str(tmp_path / "direct")], cwd=ROOT, capture_output=True,
-      text=True, timeout=600)
-  assert direct.returncode == 0, direct.stderr[-3000:]
-  expected = {r["id"]: r for r in read_rows(tmp_path / "direct" / "verdicts")}
-  assert {o["id"]: o for o in verdicts} == expected
+  rejected, expected = _check_verdicts(records, rows, stamp_ms, tmp_path)
   kept = {i for i, o in expected.items() if o["verdict"] == "kept"}
   assert 0 < len(kept) < len(rows)
 
@@ -296,5 +343,57 @@ def test_kafka_in_and_out_on_flink_gives_the_file_runs_verdicts(
   by_id = {r["id"]: json.dumps(r).encode() for r in rows}
   assert sorted((r.key.decode(), r.value) for r in kept_records) == sorted(
       (i, by_id[i]) for i in kept)
-  assert [json.loads(r.value)["source"] for r in dead] == [
-      rejected[0]["source"]]
+  assert [json.loads(r.value)["source"] for r in dead] == [rejected["source"]]
+
+
+# --- on the session cluster -------------------------------------------------
+
+
+@pytest.mark.extended
+@pytest.mark.engine
+def test_kafka_on_the_session_cluster_gives_the_file_runs_verdicts(
+    broker, tmp_path):
+  """The same job submitted to a Flink session cluster (a JobManager and a
+  TaskManager process, 2 slots, EXTERNAL SDK workers at parallelism 2) with
+  ``--flink_submit_uber_jar``: the Kafka submission jar, and KafkaIO's jars
+  in the TaskManager's lib/, where Flink runs the read and the write."""
+  home = engine_tier.require_flink_cluster()
+  rows = _documents()
+  stamp_ms = (int(time.time()) + AHEAD_S) * 1000
+  _produce(broker, "docs", rows, stamp_ms)
+  cluster = services.FlinkSessionCluster(
+      home, str(tmp_path / "cluster"), SLOTS, CLUSTER_SETTINGS,
+      lib_jars=[*engines.flink_taskmanager_jars(),
+                *engines.kafka_taskmanager_jars()],
+      taskmanager_settings=TASKMANAGER_SETTINGS)
+  log = tmp_path / "cluster-job.log"
+  with cluster.start(START_TIMEOUT_S):
+    pool = services.worker_pool(ROOT, cluster.log_dir)
+    job = None
+    try:
+      pool.wait_listening(60)
+      job = _run_job(broker, log, "--output_topic", "verdicts", runner=(
+          "--runner", "FlinkRunner", "--flink_master",
+          f"localhost:{cluster.rest_port}", "--flink_submit_uber_jar",
+          "--environment_type", "EXTERNAL", "--environment_config",
+          f"localhost:{pool.port}", "--parallelism", str(SLOTS),
+          "--sdk_worker_parallelism", str(SLOTS),
+          "--environment_cache_millis", str(ENVIRONMENT_CACHE_MS)))
+      records = _consume_until(broker, "verdicts", len(rows) + 1,
+                               lambda: job.poll() is None)
+      jobs = cluster.rest("/jobs/overview")["jobs"]
+      for running in jobs:
+        cluster.cancel_job(running["jid"])
+    except BaseException:
+      print(_log_tail(log) + cluster.log_tails() + pool.log_tail())
+      raise
+    finally:
+      if job is not None:
+        _stop(job)
+      pool.stop()
+  left = {s.name: services.wait_group_gone(s.proc.pid)
+          for s in (*cluster.all_taskmanagers, cluster.jobmanager, pool)}
+  assert all(pids == [] for pids in left.values()), left
+  assert [(j["state"], j["tasks"]["total"] > 0) for j in jobs] == [
+      ("RUNNING", True)]
+  _check_verdicts(records, rows, stamp_ms, tmp_path)
