@@ -15,6 +15,11 @@ that has run a job before: the first job's JVM work was nearly twice the
 second's, TaskManager 70.6 against 37.4 CPU seconds at 1M), whose figures are
 reported too.
 
+``--flink-setting KEY=VALUE`` changes the cluster's configuration (its JVM
+flags are the cluster tests' ``CLUSTER_SETTINGS``; ``--flink-setting
+env.java.opts.jobmanager=`` measures Flink's defaults), ``--flink-option``
+adds a pipeline option to the Flink job.
+
 It prints, and writes to ``--out`` as JSON, each run's CLI wall, the ratio
 Flink ÷ FnApiRunner against the issue's targets (must <= 1.0, aim <= 0.6),
 Flink's own job time and vertex count, the CPU seconds of each JVM and of
@@ -147,11 +152,21 @@ def main(argv: Optional[List[str]] = None) -> int:
                            " --flink-option=--object_reuse=true (repeatable;"
                            " Beam's uber-jar submission passes options it"
                            " does not know to the Java runner)")
+  parser.add_argument("--flink-setting", action="append", default=[],
+                      metavar="KEY=VALUE",
+                      help="a Flink configuration entry for both JVMs, on"
+                           " top of the cluster's, e.g. --flink-setting"
+                           " 'env.java.opts.jobmanager=-XX:+UseSerialGC'"
+                           " (repeatable)")
   parser.add_argument("--out", default=None, help="results JSON file")
   parser.add_argument("--work", default=None,
                       help="folder for the corpus, outputs and the cluster"
                            " (default: a temporary one, removed)")
   args = parser.parse_args(argv)
+  bad = [s for s in args.flink_setting
+         if "=" not in s or s.startswith("=")]
+  if bad:
+    parser.error(f"--flink-setting takes KEY=VALUE, got {bad[0]!r}")
   home = engines.find_flink_home()
   if home is None or engines.find_flink_submit_jar() is None:
     print(f"error: {engines.missing_flink_reason(cluster=True)}",
@@ -172,12 +187,14 @@ def _bench(args, home: str, work: str) -> int:
   pattern = write_corpus(corpus, args.docs, args.files, args.seed)
   cluster = services.FlinkSessionCluster(
       home, os.path.join(work, "cluster"), SLOTS,
-      {**CLUSTER_SETTINGS, **MEMORY_SETTINGS},
+      {**CLUSTER_SETTINGS, **MEMORY_SETTINGS,
+       **_settings(args.flink_setting)},
       lib_jars=engines.flink_taskmanager_jars(),
       taskmanager_settings=TASKMANAGER_SETTINGS)
   results: Dict[str, object] = {
       "docs": args.docs, "files": args.files, "job_args": JOB_ARGS,
       "flink_options": args.flink_option,
+      "flink_settings": _settings(args.flink_setting),
       "load_before": os.getloadavg()[0], "runs": []}
   with cluster.start(180):
     results["cluster_start_s"] = round(cluster.startup_s, 1)
@@ -209,6 +226,10 @@ def _bench(args, home: str, work: str) -> int:
     with open(args.out, "w", encoding="utf-8") as f:
       json.dump(results, f, indent=1)
   return 0
+
+
+def _settings(entries: List[str]) -> Dict[str, str]:
+  return dict(e.split("=", 1) for e in entries)
 
 
 def _one_run(run, pattern: str, work: str,

@@ -47,6 +47,14 @@ CLUSTER_SETTINGS = {
     # The Python workers hold the data, so 20% managed memory (317 MB) leaves
     # the tasks 500 MB of heap.
     "taskmanager.memory.managed.fraction": 0.2,
+    # The JobManager loads Beam's runner anew for each job (the submission
+    # jar's class loader), so the C2 compiler's work on it is never repaid:
+    # C1 alone and the serial collector cut its CPU per 1M-document job from
+    # 11.1 to 5 s (bench/flink_cores.py, 2 cores). On the TaskManager C1
+    # alone and the parallel collector took 28.8 to 17-19 CPU s and the job
+    # from 42.7 to 35-38 s; a long job on many cores may repay C2 there.
+    "env.java.opts.jobmanager": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "env.java.opts.taskmanager": "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC",
 }
 # Beam's runner from the TaskManager's lib/, not the job's jar: only so does
 # it keep an SDK environment past its task. The JobManager stays child-first:
