@@ -16,6 +16,12 @@ documents (bench/corpora.py, 30% with a planted near-copy):
   times 10 ms apart from a field; the default local runner), ``main()``'s
   wall time (pipeline construction included; a file's watermark jumps to
   the end at once, so every timer fires in one flush).
+* ``flink``: the same CLI command on the Flink session cluster of the
+  Flink issue (``scripts/install_flink.sh cluster``: a JobManager and a
+  TaskManager with 2 slots, the cluster tests' JVM settings) with EXTERNAL
+  SDK workers at parallelism 2, not pinned (both cores); documents/s over
+  the CLI's wall time and over Flink's own job time; every process it
+  starts is stopped by its group. Its verdicts are compared with ``cli``'s.
 * ``rensa`` / ``datasketch``: each document signed, queried against an LSH
   of the kept documents, then inserted when it matched none
   (``RMinHashLSH`` / ``MinHashLSH``, same bands and rows).
@@ -36,6 +42,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +52,7 @@ import uuid
 _HERE = os.path.dirname(os.path.abspath(__file__))
 GRAPHS = ("ours", "ours-before")
 CLIS = ("cli", "cli-before")
+FLINK = ("flink",)
 ONLINE = ("rensa", "datasketch")
 CONFIG = dict(ngram=3, num_perm=128, bands=32, rows=4, threshold=0.4)
 
@@ -82,6 +90,27 @@ def ratios(results: dict, field: str = "docs_per_s") -> dict:
   return {f"ours/{name}": round(ours / r[field], 2)
           for name, r in results.items()
           if name != "ours" and ours and r.get(field)}
+
+
+# Issue 29, goal 1: documents/s on the default local runner and on the
+# 2-slot Flink session cluster, each also >= datasketch's online loop.
+GOAL_DOCS_PER_S = {"ours": 500, "cli": 500, "flink": 2000}
+
+
+def goal_1(results: dict) -> dict:
+  """Per system of :data:`GOAL_DOCS_PER_S` that ran: its documents/s, the
+  floor, datasketch's documents/s of the same run, and whether it passes."""
+  floor = results.get("datasketch", {}).get("docs_per_s")
+  goals = {}
+  for name, need in GOAL_DOCS_PER_S.items():
+    rate = results.get(name, {}).get("docs_per_s")
+    if rate is None:
+      continue
+    goals[name] = {"docs_per_s": rate, "need": need,
+                   "datasketch_docs_per_s": floor,
+                   "pass": rate >= need and floor is not None
+                           and rate >= floor}
+  return goals
 
 
 # ---------------------------------------------------------------- workers
@@ -253,6 +282,37 @@ def bucket_state_bytes(texts, config) -> dict:
           "bucket_bytes_per_kept_doc": round(total / len(kept), 1)}
 
 
+def _write_feed(texts, folder: str) -> str:
+  """The documents as one JSONL file (event times 10 ms apart in ``ts``)."""
+  path = os.path.join(folder, "docs.jsonl")
+  with open(path, "w", encoding="utf-8") as f:
+    for i, text in enumerate(texts):
+      f.write(json.dumps({"id": f"{i:08d}", "text": text,
+                          "ts": 1 + i / 100}) + "\n")
+  return path
+
+
+def _cli_args(args, path: str, out: str) -> list:
+  """The streaming CLI's flags for the feed ``path``, output to ``out``."""
+  return ["--streaming", "--input", path, "--output", out,
+          "--event_time_field", "ts", "--ngram", "3", "--bands", "32",
+          "--rows", "4", "--threshold", "0.4", "--verify", args.verify,
+          "--mode", args.mode, "--settle", "1s", "--allowed_lateness", "1h"]
+
+
+def _verdict_summary(out: str) -> dict:
+  """Counts and digest of the verdict lines under ``out`` (the digest is
+  comparable with the graph's)."""
+  verdicts = []
+  for name in glob.glob(os.path.join(out, "verdicts", "*.jsonl")):
+    with open(name, encoding="utf-8") as f:
+      verdicts += [dict(v, of=v["duplicate_of"]) for v in map(json.loads, f)]
+  return {"verdicts": len(verdicts),
+          "distinct_docs_with_verdict": len({v["id"] for v in verdicts}),
+          "duplicates": sum(v["verdict"] == "duplicate" for v in verdicts),
+          "verdict_digest": verdict_digest(verdicts)}
+
+
 def _cli_worker(args) -> dict:
   """The streaming CLI of the tree on sys.path[0], as a user runs it on a
   file (the default local runner; event times 10 ms apart from a field):
@@ -261,28 +321,78 @@ def _cli_worker(args) -> dict:
   texts = _corpus(args.docs).texts
   from pipeline.cli import main as cli_main
   folder = tempfile.mkdtemp()
-  path = os.path.join(folder, "docs.jsonl")
-  with open(path, "w", encoding="utf-8") as f:
-    for i, text in enumerate(texts):
-      f.write(json.dumps({"id": f"{i:08d}", "text": text,
-                          "ts": 1 + i / 100}) + "\n")
+  path = _write_feed(texts, folder)
+  out = os.path.join(folder, "out")
   started, cpu = time.perf_counter(), time.process_time()
-  code = cli_main([
-      "--streaming", "--input", path, "--output", os.path.join(folder, "out"),
-      "--event_time_field", "ts", "--ngram", "3", "--bands", "32", "--rows",
-      "4", "--threshold", "0.4", "--verify", args.verify, "--mode",
-      args.mode, "--settle", "1s", "--allowed_lateness", "1h"])
+  code = cli_main(_cli_args(args, path, out))
   wall = time.perf_counter() - started
   cpu = time.process_time() - cpu
-  verdicts = []
-  for name in glob.glob(os.path.join(folder, "out", "verdicts", "*.jsonl")):
-    with open(name, encoding="utf-8") as f:
-      verdicts += [json.loads(line) for line in f]
   return {"docs": len(texts), "exit_code": code, "wall_s": round(wall, 2),
           "docs_per_s": round(len(texts) / wall, 1), "cpu_s": round(cpu, 2),
           "docs_per_cpu_s": round(len(texts) / cpu, 1),
-          "verdicts": len(verdicts),
-          "duplicates": sum(v["verdict"] == "duplicate" for v in verdicts)}
+          **_verdict_summary(out)}
+
+
+def _flink_system(args) -> dict:
+  """The streaming CLI on a 2-slot Flink session cluster (see the module
+  docstring); run from this process, which starts and stops the cluster."""
+  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(_HERE)
+  if root not in sys.path:
+    sys.path.insert(0, root)
+  from bench import flink_cores
+  from pipeline import engines
+  from tests import services
+  from tests.test_flink_cluster import (CLUSTER_SETTINGS, SLOTS,
+                                        TASKMANAGER_SETTINGS)
+  home = engines.find_flink_home()
+  if home is None or engines.find_flink_submit_jar() is None:
+    return {"error": [engines.missing_flink_reason(cluster=True)]}
+  texts = _corpus(args.docs).texts
+  work = tempfile.mkdtemp(prefix="neardup-stream-flink-")
+  try:
+    path = _write_feed(texts, work)
+    out = os.path.join(work, "out")
+    cluster = services.FlinkSessionCluster(
+        home, os.path.join(work, "cluster"), SLOTS,
+        {**CLUSTER_SETTINGS, **flink_cores.MEMORY_SETTINGS},
+        lib_jars=engines.flink_taskmanager_jars(),
+        taskmanager_settings=TASKMANAGER_SETTINGS)
+    with cluster.start(180):
+      pool = services.worker_pool(root, cluster.log_dir,
+                                  args.state_cache_mb)
+      try:
+        pool.wait_listening(60)
+        jvms = {"jobmanager": cluster.jobmanager,
+                "taskmanager": cluster.taskmanager}
+        before = {n: flink_cores.cpu_seconds(s.proc.pid)
+                  for n, s in jvms.items()}
+        workers_before = flink_cores.group_cpu_seconds(pool.proc.pid)
+        run = flink_cores.run_cli(_cli_args(args, path, out) + [
+            "--runner", "FlinkRunner", "--flink_master",
+            f"localhost:{cluster.rest_port}", "--flink_submit_uber_jar",
+            "--environment_type", "EXTERNAL", "--environment_config",
+            f"localhost:{pool.port}", "--parallelism", str(SLOTS),
+            "--sdk_worker_parallelism", str(SLOTS),
+            "--environment_cache_millis",
+            str(flink_cores.ENVIRONMENT_CACHE_MS)])
+        job = flink_cores.flink_job(cluster)
+        cpu = {n: round(flink_cores.cpu_seconds(s.proc.pid) - before[n], 1)
+               for n, s in jvms.items()}
+        cpu["sdk_workers"] = round(max(0.0, flink_cores.group_cpu_seconds(
+            pool.proc.pid) - workers_before), 1)
+      finally:
+        pool.stop()
+    return {"docs": len(texts), "wall_s": run["wall_s"],
+            "docs_per_s": round(len(texts) / run["wall_s"], 1),
+            "job_s": job["job_s"],
+            "job_docs_per_s": round(len(texts) / job["job_s"], 1),
+            "state_cache_mb": args.state_cache_mb,
+            "cpu_s": cpu, "peak_rss_mb": run["peak_rss_mb"],
+            "longest_vertices": job["longest_vertices"][:4],
+            **_verdict_summary(out)}
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _online_worker(args) -> dict:
@@ -367,7 +477,12 @@ def main(argv=None):
   parser.add_argument("--baseline-tree", dest="baseline_tree",
                       help="worktree of the commit to compare with"
                       " (ours-before)")
-  parser.add_argument("--systems", default=",".join(GRAPHS + CLIS + ONLINE))
+  parser.add_argument("--systems", default=",".join(GRAPHS + CLIS + ONLINE),
+                      help="comma-separated; also: flink (needs"
+                      " scripts/install_flink.sh cluster)")
+  parser.add_argument("--state-cache-mb", dest="state_cache_mb", type=int,
+                      help="flink: the SDK workers' state cache (default:"
+                      " pipeline.worker_pool's; 0 is Beam's worker pool)")
   parser.add_argument("--unpinned", action="store_true",
                       help="do not pin each system to one CPU")
   parser.add_argument("--out", help="also write the JSON here")
@@ -389,7 +504,8 @@ def main(argv=None):
   for system in args.systems.split(","):
     if system.endswith("-before") and not args.baseline_tree:
       continue
-    results[system] = _run_worker(args, system, trees.get(system, here), cpu)
+    results[system] = (_flink_system(args) if system in FLINK else
+                       _run_worker(args, system, trees.get(system, here), cpu))
   graphs = [results[g] for g in GRAPHS if "verdict_digest" in results.get(
       g, {})]
   report = {
@@ -399,9 +515,14 @@ def main(argv=None):
       "load_average_after": [round(x, 2) for x in os.getloadavg()],
       "results": results, "ratios": ratios(results),
       "cpu_ratios": ratios(results, "docs_per_cpu_s"),
+      "goal_1": goal_1(results),
       "same_verdicts": (len(graphs) == 2 and graphs[0]["verdict_digest"]
                         == graphs[1]["verdict_digest"]) if len(graphs) == 2
-      else None}
+      else None,
+      "flink_same_verdicts_as_cli": (
+          results["flink"].get("verdict_digest")
+          == results["cli"].get("verdict_digest"))
+      if "flink" in results and "cli" in results else None}
   text = json.dumps(report, indent=1)
   print(text)
   if args.out:

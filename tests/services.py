@@ -83,15 +83,20 @@ def python_worker_env(root: str) -> Dict[str, str]:
   return env
 
 
-def worker_pool(root: str, log_dir: str) -> "Service":
-  """Beam's SDK worker pool (``--environment_type EXTERNAL``) on a free
-  port, its workers this interpreter with ``root``'s code; the caller waits
-  for it to listen and stops it."""
+def worker_pool(root: str, log_dir: str,
+                state_cache_mb: Optional[int] = None) -> "Service":
+  """The project's SDK worker pool (``--environment_type EXTERNAL``;
+  ``python -m pipeline.worker_pool``: Beam's, with the state cache on) on a
+  free port, its workers this interpreter with ``root``'s code; the caller
+  waits for it to listen and stops it. ``state_cache_mb``: the workers'
+  state cache (default: the pool's)."""
   port = free_port()
+  cache = ([] if state_cache_mb is None
+           else ["--state_cache_mb", str(state_cache_mb)])
   return Service(
       "sdk-worker-pool",
-      [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-       "--service_port", str(port)], port, log_dir,
+      [sys.executable, "-m", "pipeline.worker_pool", "--service_port",
+       str(port), *cache], port, log_dir,
       env=python_worker_env(root), cwd=root)
 
 

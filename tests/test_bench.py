@@ -447,6 +447,15 @@ def test_streaming_bench_logic_without_a_pipeline():
   assert streaming.ratios({"ours": {"docs_per_s": 10.0},
                            "rensa": {"docs_per_s": 40.0},
                            "broken": {"error": ["x"]}}) == {"ours/rensa": 0.25}
+  goals = streaming.goal_1({"ours": {"docs_per_s": 600.0},
+                            "cli": {"docs_per_s": 450.0},
+                            "flink": {"docs_per_s": 2500.0},
+                            "datasketch": {"docs_per_s": 2000.0}})
+  assert {k: g["pass"] for k, g in goals.items()} == {
+      "ours": False, "cli": False, "flink": True}
+  assert goals["ours"]["need"] == 500 and goals["flink"]["need"] == 2000
+  # No datasketch figure in the run: nothing can pass.
+  assert not streaming.goal_1({"flink": {"docs_per_s": 9e9}})["flink"]["pass"]
   corpus = corpora.seed_style(60, seed=2)
   state = streaming.bucket_state_bytes(
       corpus.texts, DedupConfig(verify="signature", **streaming.CONFIG))

@@ -148,7 +148,7 @@ def test_session_cluster_job_is_byte_identical_to_fnapi_and_stops(
       job = cluster.rest(f"/jobs/{jobs[0]['jid']}")
       rss = {s.name: services.rss_mib(s.proc.pid)
              for s in (cluster.jobmanager, cluster.taskmanager)}
-      workers = pool.log_tail(chars=10**8).count("Starting worker")
+      workers = pool.log_tail(chars=10**8).count("started SDK worker")
     finally:
       pool.stop()
   left = {s.name: services.wait_group_gone(s.proc.pid)

@@ -110,10 +110,10 @@ def _wait_mid_job(cluster, cli, timeout_s):
 
 def _kill_sdk_worker(cluster, pool):
   """SIGKILLs one worker process of the pool (the pool starts each as
-  ``python -c '...SdkHarness(...).run()'``, in the pool's group); returns its
+  ``python -m pipeline.sdk_worker ...``, in the pool's group); returns its
   pid."""
   workers = [p for p in services.group_members(pool.proc.pid)
-             if p != pool.proc.pid and b"SdkHarness" in _cmdline(p)]
+             if p != pool.proc.pid and b"pipeline.sdk_worker" in _cmdline(p)]
   assert workers, "no SDK worker process in the pool's group"
   os.kill(workers[0], signal.SIGKILL)
   return workers[0]
@@ -201,7 +201,7 @@ def _faulted_job(tmp_path, fault_corpus, kill,
             "job": cluster.rest(f"/jobs/{jid}"),
             "exceptions": cluster.rest(f"/jobs/{jid}/exceptions"),
             "restarts": figures["restarts"]})
-      figures["workers"] = pool.log_tail(chars=10**8).count("Starting worker")
+      figures["workers"] = pool.log_tail(chars=10**8).count("started SDK worker")
       figures["logs"] = cluster.log_tails() + pool.log_tail()
     finally:
       pool.stop()

@@ -104,8 +104,8 @@ def portable_services(tmp_path_factory):
         cwd=ROOT))
     services.append(Service(
         "worker_pool",
-        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-         "--service_port", str(pool_port)], pool_port, log_dir,
+        [sys.executable, "-m", "pipeline.worker_pool", "--service_port",
+         str(pool_port)], pool_port, log_dir,
         env=worker_env(), cwd=ROOT))
     for service in services:
       service.wait_listening(START_TIMEOUT_S)
@@ -146,4 +146,4 @@ def test_portable_runner_external_pool_matches_in_process(
   assert_same_tree(files, reference)
   assert stats_of(str(tmp_path / "out"))["clusters"] > 0
   # The job really ran in an SDK worker the external pool started.
-  assert "Starting worker" in pool.log_tail(chars=10**6), pool.log_tail()
+  assert "started SDK worker" in pool.log_tail(chars=10**6), pool.log_tail()
