@@ -259,17 +259,17 @@ def test_input_rewritten_with_the_same_size_during_the_run_fails_it(
   path.write_bytes(original)
   rewritten = original.replace(b"alpha", b"ALPHA")
   assert rewritten != original and len(rewritten) == len(original)
-  real_read_file = read_module.read_file
+  real_read = read_module.jsonl_texts  # what the job reads JSONL with
 
-  def read_then_rewrite(source, *args):
-    yield from real_read_file(source, *args)
+  def read_then_rewrite(*args, **kwargs):
+    yield from real_read(*args, **kwargs)
     # Rewritten in place after the job read it, before it writes it back;
     # a second later, as any rewrite after the match is.
     stat = os.stat(path)
     path.write_bytes(rewritten)
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
 
-  monkeypatch.setattr(read_module, "read_file", read_then_rewrite)
+  monkeypatch.setattr(read_module, "jsonl_texts", read_then_rewrite)
   out = tmp_path / "out"
   code, err = cli(capsys, "--input", path, "--output", out)
   assert code == 1, err

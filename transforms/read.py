@@ -49,6 +49,8 @@ COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd",
 UTF8_BOM = b"\xef\xbb\xbf"
 _EXCERPT_CHARS = 300
 _READ_CHUNK = 1 << 16
+# Decompressed bytes per block of :func:`iter_line_blocks`.
+LINE_BLOCK_BYTES = 1 << 22
 # zstd has no output bound per call: a small input chunk bounds the output
 # of one decompress() (a 128 KiB block can be a few bytes).
 _ZSTD_READ_CHUNK = 1 << 13
@@ -181,10 +183,16 @@ def read_texts(source: InputFile, rows: Iterable[int], text_field: str,
           yield from ((start + r, t) for r, t in zip(hits, texts))
         start += batch.num_rows
   else:
-    for row, line in iter_lines(source.path):
-      if row in wanted:
+    # Only the wanted rows are sliced out of each block of lines.
+    rows_wanted = np.array(sorted(wanted), dtype=np.int64)
+    for first, block, starts in iter_line_blocks(source.path):
+      lo, hi = np.searchsorted(rows_wanted, [first, first + len(starts) - 1])
+      at = rows_wanted[lo:hi] - first
+      for row, start, end in zip(rows_wanted[lo:hi].tolist(),
+                                 starts[at].tolist(), starts[at + 1].tolist()):
         found += 1
-        text = line_content(row, line).decode("utf-8")
+        text = line_content(row, strip_line_end(block[start:end])).decode(
+            "utf-8")
         if source.format != "jsonl":
           yield row, (text, None) if id_field else text
           continue
@@ -348,6 +356,9 @@ class _ReadFileFn(beam.DoFn):
 
   def process(self, input_file: InputFile):
     metrics.counter("input_files").inc()
+    if input_file.format == "jsonl" and not self._documents:
+      yield from self._jsonl_texts(input_file)
+      return
     rows = 0
     ids, texts = [], []
     for record in read_file(input_file, self._text_field, self._id_field):
@@ -366,6 +377,72 @@ class _ReadFileFn(beam.DoFn):
     if ids:
       yield _text_batch(ids, texts)
     yield metrics.count_tag("docs_in", rows)
+
+
+  def _jsonl_texts(self, input_file: InputFile):
+    """What :meth:`process` gives for a JSONL file when no documents are
+    wanted, a block of lines at a time (:func:`jsonl_texts`)."""
+    rows, ids, texts = 0, [], []
+    for block_ids, block_texts, rejected, n in jsonl_texts(
+        input_file.index, input_file.path, self._text_field, self._id_field):
+      rows += n
+      for record in rejected:
+        metrics.counter(metrics.rejected_stat(record.reason)).inc()
+        yield beam.pvalue.TaggedOutput("rejected", record)
+      ids += block_ids
+      texts += block_texts
+      while len(ids) >= TEXT_BATCH:
+        yield _text_batch(ids[:TEXT_BATCH], texts[:TEXT_BATCH])
+        del ids[:TEXT_BATCH], texts[:TEXT_BATCH]
+    if ids:
+      yield _text_batch(ids, texts)
+    yield metrics.count_tag("docs_in", rows)
+
+
+def jsonl_texts(index: int, path: str, text_field: str, id_field: str,
+                block_bytes: int = LINE_BLOCK_BYTES
+                ) -> Iterable[Tuple[List[int], List[str], List[Any], int]]:
+  """``(doc ids, texts, rejections, rows)`` per block of a JSONL file's
+  lines (:func:`iter_line_blocks`): the documents and :class:`Rejected`
+  rows that :func:`read_file` gives, in row order, without making a
+  :class:`Document` of each line.
+
+  A line that :func:`json_fields` would take from orjson is that document
+  (orjson reads the bytes, refusing invalid UTF-8 as the decoding would);
+  every other line, and row 0 (which may open with a BOM), takes
+  :func:`parse_json_line`.
+  """
+  for first, block, _ in iter_line_blocks(path, block_bytes):
+    lines = block.split(b"\n")
+    ended = lines[-1] == b""  # the block's last line has its line ending
+    if ended:
+      lines.pop()
+    ids, texts, rejected = [], [], []
+    last = len(lines) - 1
+    for i, line in enumerate(lines):
+      row = first + i
+      if line[-1:] == b"\r" and (ended or i < last):
+        line = line[:-1]  # \r\n, as iter_lines strips it
+      if row:
+        try:
+          obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+          obj = None
+        if type(obj) is dict:
+          found, text = field_value(obj, text_field)
+          if found and type(text) is str and _exact(
+              field_value(obj, id_field)[1]):
+            ids.append(make_doc_id(index, row))
+            texts.append(text)
+            continue
+      record = parse_json_line(make_doc_id(index, row), path, row, line,
+                               text_field, id_field)
+      if isinstance(record, Rejected):
+        rejected.append(record)
+      else:
+        ids.append(record.doc_id)
+        texts.append(record.text)
+    yield ids, texts, rejected, len(lines)
 
 
 def _text_batch(ids, texts):
@@ -699,6 +776,46 @@ def iter_lines(path: str) -> Iterable[Tuple[int, bytes]]:
       if line[-1:] == b"\n":
         line = line[:-2] if line[-2:-1] == b"\r" else line[:-1]
       yield row, line
+
+
+def iter_line_blocks(path: str, block_bytes: int = LINE_BLOCK_BYTES
+                     ) -> Iterable[Tuple[int, bytes, np.ndarray]]:
+  """The lines of :func:`iter_raw_lines` (same rows, same bytes), a block
+  of whole lines at a time: ``(first row, block, starts)`` where row
+  ``first + i`` is ``block[starts[i]:starts[i + 1]]``, its line ending
+  included. Readers that touch a few rows, or copy runs of rows as they
+  are, pay no Python work per line.
+
+  Args:
+    path: the file (any Beam filesystem; compressed by its extension).
+    block_bytes: how many decompressed bytes are read at a time (a line
+      longer than that makes its block longer).
+  """
+  with open_stream(path) as handle:
+    row, carry = 0, b""
+    reads = iter(lambda: handle.read(block_bytes), b"")
+    for data in _read_or_fail(path, reads):
+      block = carry + data if carry else data
+      cut = block.rfind(b"\n") + 1
+      if not cut:
+        carry = block
+        continue
+      block, carry = (block[:cut], block[cut:]) if cut < len(block) else (
+          block, b"")
+      starts = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+      starts = np.concatenate([[0], starts + 1])
+      yield row, block, starts
+      row += len(starts) - 1
+    if carry:  # a last line without a line ending
+      yield row, carry, np.array([0, len(carry)])
+
+
+def strip_line_end(line: bytes) -> bytes:
+  """A line without its ``\\n`` or ``\\r\\n`` (as :func:`iter_lines` gives
+  it)."""
+  if line[-1:] == b"\n":
+    return line[:-2] if line[-2:-1] == b"\r" else line[:-1]
+  return line
 
 
 def line_content(row: int, line: bytes) -> bytes:

@@ -27,7 +27,7 @@ from transforms.stats import finalize_stats
 from transforms.read import (ROW_BITS, ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
                              InputChangedError, check_unchanged,
                              compression_suffix, create_stream,
-                             iter_raw_lines, json_field, line_content,
+                             iter_line_blocks, json_field, line_content,
                              make_doc_id, open_arrow, open_batches,
                              split_doc_id)
 
@@ -293,34 +293,71 @@ class _WriteFileFn(metrics.MeteredDoFn):
   def _line_chunks(self, source, parts):
     """Streams the kept lines of each part to its file; yields ``(chunk,
     rows read, rows kept, user ids of clustered rows)`` per part."""
-    chunk, sink, user_ids, skipped, clusters = None, None, {}, set(), {}
-    annotating = self._options.annotate
-    row, emptied, part = -1, 0, _Part()
-    for row, line in iter_raw_lines(source.path):
-      if row >> PART_ROW_BITS != chunk:
-        if chunk is not None:
-          yield (chunk, row - (chunk << PART_ROW_BITS),
-                 sink.close() + emptied, user_ids)
-        chunk, emptied = row >> PART_ROW_BITS, 0
-        part = parts.get(chunk) or _Part()
-        sink = _LineSink(self._deduped_path(source, chunk),
-                         self._line_suffix(source))
-        user_ids, clusters = {}, part.clusters
-        skipped = part.skipped(annotating)
-      if row in clusters or row in part.spans:
-        user_ids[row] = (_json_field(line_content(row, line), self._id_field)
-                         if source.format == "jsonl" else None)
-      if row in part.spans and row not in skipped:
-        line = self._struck_line(source, row, line, part.spans[row])
-        if line is None:  # struck to nothing: counted, not written
-          emptied += 1
-          continue
-      if row not in skipped:
-        sink.add(self._annotated(source, row, line, clusters.get(row))
-                 if annotating else line)
+    chunk, sink, user_ids, emptied, rows_read = None, None, {}, 0, 0
+    for first, block, starts in iter_line_blocks(source.path):
+      n = len(starts) - 1
+      i = 0
+      while i < n:
+        if (first + i) >> PART_ROW_BITS != chunk:
+          if chunk is not None:
+            yield (chunk, first + i - (chunk << PART_ROW_BITS),
+                   sink.close() + emptied, user_ids)
+          chunk, emptied, user_ids = (first + i) >> PART_ROW_BITS, 0, {}
+          part = parts.get(chunk) or _Part()
+          sink = _LineSink(self._deduped_path(source, chunk),
+                           self._line_suffix(source))
+          skipped = part.skipped(self._options.annotate)
+          special = np.array(sorted(set(part.clusters) | set(part.spans)
+                                    | skipped), dtype=np.int64)
+        stop = min(n, ((chunk + 1) << PART_ROW_BITS) - first)
+        emptied += self._write_rows(source, part, skipped, special, sink,
+                                    user_ids, first, block, starts, i, stop)
+        i = stop
+      rows_read = first + n
     if chunk is not None:
-      yield (chunk, row + 1 - (chunk << PART_ROW_BITS),
+      yield (chunk, rows_read - (chunk << PART_ROW_BITS),
              sink.close() + emptied, user_ids)
+
+  def _write_rows(self, source, part, skipped, special, sink, user_ids,
+                  first, block, starts, lo, hi) -> int:
+    """Writes the rows ``first + lo`` to ``first + hi - 1`` of a block of
+    lines (:func:`~transforms.read.iter_line_blocks`); returns how many
+    were struck to nothing. Rows that are clustered, struck or skipped are
+    handled one by one, the runs between them copied as they are."""
+    if self._options.annotate:  # every row gets its annotation
+      bounds = starts.tolist()
+      return sum(self._write_row(source, part, skipped, sink, user_ids,
+                                 first + i, block[bounds[i]:bounds[i + 1]])
+                 for i in range(lo, hi))
+    emptied, run = 0, lo
+    a, b = np.searchsorted(special, [first + lo, first + hi])
+    for row in special[a:b].tolist():
+      i = row - first
+      if i > run:
+        sink.add_lines(block[starts[run]:starts[i]], i - run)
+      emptied += self._write_row(source, part, skipped, sink, user_ids, row,
+                                 block[starts[i]:starts[i + 1]])
+      run = i + 1
+    if hi > run:
+      sink.add_lines(block[starts[run]:starts[hi]], hi - run)
+    return emptied
+
+  def _write_row(self, source, part, skipped, sink, user_ids, row,
+                 line: bytes) -> int:
+    """One row: its user id noted when clustered or struck, its struck
+    spans removed, written unless skipped; 1 if struck to nothing."""
+    if row in part.clusters or row in part.spans:
+      user_ids[row] = (_json_field(line_content(row, line), self._id_field)
+                       if source.format == "jsonl" else None)
+    if row in skipped:
+      return 0
+    if row in part.spans:
+      line = self._struck_line(source, row, line, part.spans[row])
+      if line is None:  # struck to nothing: counted, not written
+        return 1
+    sink.add(self._annotated(source, row, line, part.clusters.get(row))
+             if self._options.annotate else line)
+    return 0
 
   def _struck_line(self, source, row, line: bytes, spans):
     """The line with its text's struck spans removed (the other fields as
@@ -519,9 +556,13 @@ class _LineSink:
     return self._handle
 
   def add(self, line: bytes) -> None:
-    self._pending.append(line if line.endswith(b"\n") else line + b"\n")
-    self._pending_bytes += len(line)
-    self._count += 1
+    self.add_lines(line, 1)
+
+  def add_lines(self, lines: bytes, count: int) -> None:
+    """``count`` whole lines as they are (bytes of consecutive lines)."""
+    self._pending.append(lines if lines.endswith(b"\n") else lines + b"\n")
+    self._pending_bytes += len(lines)
+    self._count += count
     if self._pending_bytes >= self.BATCH_BYTES:
       self._flush()
 
