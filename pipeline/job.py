@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import apache_beam as beam
 
@@ -16,7 +16,7 @@ from transforms.kernels.minhash import SKETCH_SCHEMES
 from transforms.kernels.reference_text import SHINGLE_SCHEME
 from transforms.near_dedup import NearDedup
 from transforms.report import REPORT_HTML, REPORT_JSON, WriteReport
-from transforms.select import ClusterInfo
+from transforms.select import ClusterColumns
 from transforms.substrings import StrikeSubstrings
 from transforms.substrings.dedup import BYTES_STRUCK, DOCS_EMPTIED, DOCS_TOUCHED
 from transforms.verify import ServeTextsFromFiles
@@ -120,14 +120,14 @@ def build(pipeline: beam.Pipeline, patterns, output: str,
         batched=True)
   else:
     dedup = {"clusters": pipeline | "NoClusters" >> beam.Create(
-        []).with_output_types(Tuple[int, ClusterInfo]), "counts": ()}
+        []).with_output_types(ClusterColumns), "counts": ()}
   results = {"clusters": dedup["clusters"], "rejected": read["rejected"],
              "files": read["files"]}
   struck_counts = ()
   if substrings.enabled:
     removed = dedup["clusters"] | "RemovedIds" >> beam.FlatMap(
-        lambda c: [c[0]] if not c[1].kept else []).with_output_types(
-            int) if near_dup else None
+        lambda c: c.arrays.doc_ids[~c.arrays.kept].tolist()
+    ).with_output_types(int) if near_dup else None
     struck = read["batches"] | "StrikeSubstrings" >> StrikeSubstrings(
         substrings.threshold, substrings.strike, substrings.shards, removed)
     results["spans"] = struck["spans"]

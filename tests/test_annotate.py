@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from transforms import ClusterInfo, WriteResults, metrics
 from transforms import annotate
 from transforms.read import InputFile, Rejected, make_doc_id
+from transforms.select import cluster_columns
 from transforms.write import OutputOptions
 
 UNIQUE = [None, 1, True, None, None, None, None, None, False]
@@ -25,7 +26,8 @@ UNIQUE = [None, 1, True, None, None, None, None, None, False]
 def _run(files, clusters, rejected, out, options, expected=None):
   with TestPipeline(runner="FnApiRunner") as p:
     counts = ({"files": p | "Files" >> beam.Create(files),
-               "clusters": p | "Clusters" >> beam.Create(clusters),
+               "clusters": p | "Clusters" >> beam.Create(
+                   [cluster_columns(clusters)] if clusters else []),
                "rejected": p | "Rejected" >> beam.Create(rejected)}
               | WriteResults(out, "id", options)
               | beam.Filter(lambda kv: kv[0] in ("kept", "removed",

@@ -24,7 +24,7 @@ from transforms.config import DedupConfig
 from transforms.elements import KeyShard, SignatureBatch
 from transforms.kernels import lsh as lsh_kernels
 from transforms.read import InputFile, make_doc_id
-from transforms.select import ClusterInfo
+from transforms.select import ClusterInfo, cluster_columns
 
 # K = 512 puts the estimates of the corpus's near pairs (J ~ 0.87) and far
 # pairs (J ~ 0.75) several standard errors from the threshold 0.8.
@@ -277,8 +277,8 @@ def test_index_round_trip_through_shards():
         "signatures": p | "Sigs" >> beam.Create(
             [SignatureBatch(ids[:20], sigs[:20]),
              SignatureBatch(ids[20:], sigs[20:])]),
-        "clusters": p | "Clusters" >> beam.Create(
-            [(int(ids[3]), ClusterInfo(int(ids[2]), 2, False, int(ids[2])))]),
+        "clusters": p | "Clusters" >> beam.Create([cluster_columns(
+            [(int(ids[3]), ClusterInfo(int(ids[2]), 2, False, int(ids[2])))])]),
         "users": p | "Users" >> beam.Create(
             [(int(i), f"u{n}") for n, i in enumerate(ids)]),
         "files": p | "Files" >> beam.Create([source]),

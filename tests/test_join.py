@@ -18,7 +18,8 @@ from transforms.config import DedupConfig
 from transforms.elements import EdgeBatch
 from transforms.join import JoinByKey
 from transforms.select import (ClusterColumns, ClusterInfo, ClusterInfoCoder,
-                               cluster_columns, cluster_rows)
+                               cluster_columns, cluster_rows,
+                               split_cluster_columns)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,6 +124,18 @@ def test_cluster_columns_give_back_the_rows_through_their_coder(rows):
   assert repr(back) == repr(rows)  # NaN != NaN, but reprs match
   for (_, got), (_, want) in zip(back, rows):
     assert [type(v) for v in got] == [type(v) for v in want]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**62), _INFO), max_size=30),
+       st.integers(1, 4))
+def test_split_cluster_columns_gives_each_key_its_rows(rows, n_keys):
+  keys = np.array([doc % n_keys for doc, _ in rows], dtype=np.int64)
+  parts = list(split_cluster_columns(cluster_columns(rows), keys))
+  assert [key for key, _ in parts] == sorted(set(keys.tolist()))
+  for key, columns in parts:
+    assert repr(list(cluster_rows(columns))) == repr(
+        [row for row, k in zip(rows, keys.tolist()) if k == key])
 
 
 def test_every_join_of_the_job_shares_one_compiled_coder():

@@ -23,7 +23,7 @@ from transforms.report import Summary, SummarizeClusters
 from transforms.report_render import (LARGEST_CLUSTERS, MEMBERS_SHOWN,
                                       STAGES, assemble, render_html, s_curve,
                                       snippet)
-from transforms.select import ClusterInfo
+from transforms.select import ClusterColumns, ClusterInfo, cluster_columns
 from transforms.stats import finalize_stats
 
 SECTIONS = ("parameters", "counts", "s-curve", "bucket-sizes",
@@ -234,8 +234,12 @@ def _cluster_rows(seed: int, threshold: float):
 def test_summary_of_clusters_matches_a_direct_computation(seed):
   rows, expected = _cluster_rows(seed, threshold=0.5)
   assert expected.chains and len(expected.largest) == LARGEST_CLUSTERS
+  # The rows in batches of 37 (several per cluster shard), as Explain
+  # sends them.
+  batches = [cluster_columns(rows[lo:lo + 37]) for lo in range(0, len(rows),
+                                                               37)]
   with TestPipeline() as p:
-    rows = p | beam.Create(rows, reshuffle=True)
+    rows = p | beam.Create(batches, reshuffle=True)
     assert_that(rows | "Default" >> SummarizeClusters(threshold=0.5),
                 equal_to([expected]), label="Default")
     # A cluster's rows sent in several lists, from few shards.
@@ -247,7 +251,7 @@ def test_summary_of_clusters_matches_a_direct_computation(seed):
 def test_summary_of_no_clusters_is_nothing():
   with TestPipeline() as p:
     summary = (p | beam.Create([], reshuffle=False).with_output_types(
-        tuple) | SummarizeClusters(threshold=0.5))
+        ClusterColumns) | SummarizeClusters(threshold=0.5))
     assert_that(summary, equal_to([]))
 
 

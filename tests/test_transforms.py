@@ -20,6 +20,7 @@ from transforms.components import Pairs
 from transforms.elements import SignatureBatch, TextBatch
 from transforms import read as read_module
 from transforms.read import ROW_BITS, InputFile
+from transforms.select import cluster_rows
 from transforms.verify import ServeTextsFromFiles
 from transforms.kernels import connected
 from transforms.kernels import lsh as lsh_kernels
@@ -305,6 +306,8 @@ def test_near_dedup_on_a_user_pcollection(batched):
           TextBatch(np.array([i for i, _ in part], dtype=np.int64),
                     [t for _, t in part]) for part in (pairs[:2], pairs[2:])])
     out = docs | NearDedup(config, batched=batched)
+    if batched:  # ClusterColumns batches, turned back into rows
+      out["clusters"] = out["clusters"] | "Rows" >> beam.FlatMap(cluster_rows)
     assert_that(out["clusters"] | "Flags" >> beam.Map(
         lambda kv: (kv[0], kv[1].cluster_id, kv[1].kept, kv[1].kept_doc_id,
                     kv[1].matched_doc_id)),

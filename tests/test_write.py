@@ -17,12 +17,14 @@ from apache_beam.testing.util import assert_that, equal_to
 from transforms import ClusterInfo, WriteResults, metrics
 from transforms import write as write_module
 from transforms.read import InputFile, Rejected, make_doc_id
+from transforms.select import cluster_columns
 
 
 def _run(files, clusters, rejected, out):
   with TestPipeline(runner="FnApiRunner") as p:
     counts = ({"files": p | "Files" >> beam.Create(files),
-               "clusters": p | "Clusters" >> beam.Create(clusters),
+               "clusters": p | "Clusters" >> beam.Create(
+                   [cluster_columns(clusters)] if clusters else []),
                "rejected": p | "Rejected" >> beam.Create(rejected)}
               | WriteResults(out)
               | beam.Filter(lambda kv: not metrics.is_timing(kv[0]))

@@ -18,13 +18,15 @@ from transforms.elements import (AskedBatch, ClusterBatch, RouteByShard,
 from transforms.join import JoinByKey
 from transforms.kernels import clusters as cluster_kernels
 from transforms.kernels import lsh as lsh_kernels
-from transforms.select import ClusterInfo, Clustered
+from transforms.select import ClusterColumns, ClusterInfo, cluster_columns
 from transforms.verify import (MAX_TEXT_BATCH, exact_similarity,
                                serve_texts, sorted_values)
 
 
 class ExplainClusters(beam.PTransform):
-  """``{"clusters", "edges", "docs"}`` → ``(doc_id, ClusterInfo)`` with the
+  """``{"clusters", "edges", "docs"}`` → :class:`~transforms.select.
+  ClusterColumns` (the ``(doc_id, ClusterInfo)`` rows of a node shard, as
+  :func:`~transforms.select.cluster_rows` gives them back) with the
   explanation of every clustered document that is not the kept one.
 
   ``clusters`` (``(node shard, ClusterBatch)``) come from
@@ -66,7 +68,7 @@ class ExplainClusters(beam.PTransform):
                   "asked": chosen[_ASKED], "kept": chosen[_KEPT]}
                  | "GroupPairEnds" >> JoinByKey()
                  | "Explain" >> beam.ParDo(_ExplainFn(self._config))
-                 .with_output_types(Clustered)
+                 .with_output_types(ClusterColumns)
                  .with_outputs(metrics.COUNTS, main="clusters"))
     return {"clusters": explained.clusters,
             "counts": (*served["counts"], explained[metrics.COUNTS])}
@@ -160,13 +162,16 @@ class _ExplainFn(beam.DoFn):
 
   def process(self, element):
     _, grouped = element
+    rows = []
     for kept in grouped["kept"]:
-      for doc, cluster_id, size in zip(kept.docs.tolist(),
-                                       kept.cluster_ids.tolist(),
-                                       kept.sizes.tolist()):
-        yield doc, ClusterInfo(cluster_id, size, True, doc)
+      rows.extend((doc, ClusterInfo(cluster_id, size, True, doc))
+                  for doc, cluster_id, size in zip(kept.docs.tolist(),
+                                                   kept.cluster_ids.tolist(),
+                                                   kept.sizes.tolist()))
     if grouped["asked"]:
-      yield from self._explain(grouped)
+      rows.extend(self._explain(grouped))
+    if rows:
+      yield cluster_columns(rows)
 
   def _explain(self, grouped):
     src, dst, _ = lsh_kernels.concat_arrays(grouped["pairs"])

@@ -511,7 +511,8 @@ class WriteIndex(beam.PTransform):
 
   Inputs (a dict): ``keys`` ``(shard, KeyShard)`` and ``signatures``
   (this run's, from :class:`~transforms.near_dedup.NearDedup`),
-  ``clusters`` ``(doc_id, ClusterInfo)`` of this run's documents, ``users``
+  ``clusters`` (:class:`~transforms.select.ClusterColumns`) of this run's
+  documents, ``users``
   ``(doc_id, user id)``, ``files`` (this run's :class:`InputFile`), ``done``;
   optional ``old_keys`` and ``old_docs`` from :class:`ReadIndex`.
 
@@ -550,8 +551,8 @@ class WriteIndex(beam.PTransform):
                               min_batch_size=64, max_batch_size=4096)
                           | "RouteUsers" >> beam.ParDo(_RouteUsersFn(n)),
                  "clusters": inputs["clusters"]
-                             | "RouteClusters" >> beam.Map(
-                                 _route_cluster, n)}
+                             | "RouteClusters" >> beam.FlatMap(
+                                 _route_clusters, n)}
                 | "JoinDocShards" >> JoinByKey()
                 | "DocRows" >> beam.ParDo(_DocRowsFn(self._config.num_perm),
                                           sources))
@@ -621,10 +622,11 @@ class _RouteUsersFn(beam.DoFn):
       yield shard, (shard_ids.tolist(), shard_users.tolist())
 
 
-def _route_cluster(element, num_shards: int):
-  doc_id, info = element
-  shard = int(lsh_kernels.node_shard(np.array([doc_id]), num_shards)[0])
-  return shard, (doc_id, info.kept)
+def _route_clusters(columns, num_shards: int):
+  """A batch of cluster rows → ``(node shard, (doc_id, kept))`` per row."""
+  ids, kept = columns.arrays.doc_ids, columns.arrays.kept
+  return zip(lsh_kernels.node_shard(ids, num_shards).tolist(),
+             zip(ids.tolist(), kept.tolist()))
 
 
 class _DocRowsFn(beam.DoFn):

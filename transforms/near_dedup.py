@@ -9,7 +9,7 @@ from transforms.collide import FindCandidates
 from transforms.components import ConnectedComponents
 from transforms.config import DedupConfig
 from transforms.explain import ExplainClusters
-from transforms.select import SelectKept
+from transforms.select import Clustered, SelectKept, cluster_rows
 from transforms.sign import ComputeSignatures
 from transforms.verify import ReduceUnverified, VerifyEdges, VerifyExact
 
@@ -22,7 +22,10 @@ class NearDedup(beam.PTransform):
   :class:`~transforms.elements.TextBatch`) → ``{"clusters", "counts"}``.
 
   ``clusters``: ``(doc_id, ClusterInfo)`` for every document in a duplicate
-  cluster of two or more; a document absent from it is unique and kept.
+  cluster of two or more (``batched``: those rows as
+  :class:`~transforms.select.ClusterColumns`, one element per shard, which
+  :func:`~transforms.select.cluster_rows` turns back into rows); a document
+  absent from it is unique and kept.
   Exactly one document per cluster is the kept one (``kept_doc_id``); every
   other member carries its explanation (matched document, exact Jaccard to
   it and to the kept one) and is removed (``kept=False``) unless the chain
@@ -112,7 +115,11 @@ class NearDedup(beam.PTransform):
                      c, self._explain_texts or self._texts))
     counts += (*components["counts"], *selected["counts"],
                *explained["counts"])
-    return {"clusters": explained["clusters"], "counts": counts,
+    clusters = explained["clusters"]
+    if not self._batched:
+      clusters = clusters | "UnbatchClusters" >> beam.FlatMap(
+          cluster_rows).with_output_types(Clustered)
+    return {"clusters": clusters, "counts": counts,
             "signatures": signatures, "keys": keyed["keys"]}
 
 

@@ -21,6 +21,7 @@ from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
 from transforms.read import read_file, split_doc_id
 from transforms.report_render import LARGEST_CLUSTERS, MEMBERS_SHOWN
+from transforms.select import cluster_rows
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -32,7 +33,7 @@ class WriteReport(beam.PTransform):
   Inputs (a dict): ``stats`` (the one stats dict :class:`WriteStats`
   returns), ``totals`` (the one dict of all summed ``(stat, n)`` counts; its
   ``worker_ms_*`` entries give the stage timings), ``clusters``
-  (``(doc_id, ClusterInfo)``) and ``files`` (:class:`InputFile`). Per
+  (:class:`~transforms.select.ClusterColumns`) and ``files`` (:class:`InputFile`). Per
   cluster its size, the minimum exact Jaccard of a member to the kept
   document and its first ``MEMBERS_SHOWN`` members (the kept one, then
   lowest doc ids) are gathered (:class:`SummarizeClusters`); one global
@@ -92,8 +93,9 @@ class WriteReport(beam.PTransform):
 
 
 class SummarizeClusters(beam.PTransform):
-  """``(doc_id, ClusterInfo)`` rows → one :class:`Summary` of the largest
-  clusters (nothing when there are no rows).
+  """:class:`~transforms.select.ClusterColumns` (``(doc_id, ClusterInfo)``
+  rows) → one :class:`Summary` of the largest clusters (nothing when there
+  are no rows).
 
   Each bundle gathers its rows per cluster and sends them to the cluster's
   shard as one list per shard; each shard merges its clusters and keeps
@@ -145,9 +147,9 @@ SummaryCoder = fields_coder(Summary, __name__, deterministic=False)
 
 @beam.typehints.with_output_types(Tuple[int, List[Tuple[int, Any]]])
 class _ByClusterShardFn(beam.DoFn):
-  """``(doc_id, ClusterInfo)`` → ``(cluster shard, [(cluster id,
-  _ClusterFn accumulator)])``: a bundle's rows gathered per cluster (at
-  most ``max_clusters`` held at once), one list per shard."""
+  """:class:`~transforms.select.ClusterColumns` → ``(cluster shard,
+  [(cluster id, _ClusterFn accumulator)])``: a bundle's rows gathered per
+  cluster (at most ``max_clusters`` held at once), one list per shard."""
 
   def __init__(self, shards: int, max_clusters: int):
     self._shards = shards
@@ -157,17 +159,19 @@ class _ByClusterShardFn(beam.DoFn):
   def start_bundle(self):
     self._clusters = {}
 
-  def process(self, element):
-    doc_id, info = element
-    # Smallest first: the kept member, then by doc id.
-    row = info.cluster_size, (doc_id != info.kept_doc_id, doc_id,
-                              info.jaccard_to_kept, info.chain_kept)
-    accumulator = self._clusters.get(info.cluster_id)
-    if accumulator is None:
-      if len(self._clusters) >= self._max_clusters:
-        yield from self._take()
-      accumulator = self._fn.create_accumulator()
-    self._clusters[info.cluster_id] = self._fn.add_input(accumulator, row)
+  def process(self, columns):
+    clusters, add = self._clusters, self._fn.add_input
+    for doc_id, info in cluster_rows(columns):
+      # Smallest first: the kept member, then by doc id.
+      row = info.cluster_size, (doc_id != info.kept_doc_id, doc_id,
+                                info.jaccard_to_kept, info.chain_kept)
+      accumulator = clusters.get(info.cluster_id)
+      if accumulator is None:
+        if len(clusters) >= self._max_clusters:
+          yield from self._take()
+          clusters = self._clusters
+        accumulator = self._fn.create_accumulator()
+      clusters[info.cluster_id] = add(accumulator, row)
 
   def finish_bundle(self):
     for out in self._take():

@@ -145,6 +145,20 @@ def cluster_rows(columns: ClusterColumns) -> Iterator[Clustered]:
   return zip(a.doc_ids.tolist(), infos)
 
 
+def split_cluster_columns(columns: ClusterColumns, keys: np.ndarray
+                          ) -> Iterator[Tuple[int, ClusterColumns]]:
+  """``(key, its rows)`` per distinct value of ``keys`` (int64, one per row
+  of ``columns``), keys ascending, each key's rows in their order."""
+  if not len(keys):
+    return
+  order = np.argsort(keys, kind="stable")
+  for part in np.split(order, np.flatnonzero(np.diff(keys[order])) + 1):
+    ids = columns.matched_ids
+    yield int(keys[part[0]]), ClusterColumns(
+        _ClusterArrays(*(column[part] for column in columns.arrays)),
+        [ids[i] for i in part.tolist()])
+
+
 class _ClusterArraysCoder(ArraysCoder):
   TYPE = _ClusterArrays
 

@@ -17,11 +17,11 @@ import apache_beam as beam
 import numpy as np
 import orjson
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.transforms.window import GlobalWindows
 
 from transforms import annotate, metrics
 from transforms.join import JoinByKey
-from transforms.select import ClusterColumns, cluster_columns, cluster_rows
+from transforms.select import (ClusterColumns, cluster_rows,
+                               split_cluster_columns)
 from transforms.substrings import SpanBatch, strike_text
 from transforms.stats import finalize_stats
 from transforms.read import (ROW_BITS, ARROW_SUFFIXES, COLUMNAR_FORMATS, OUTPUT_CODECS,
@@ -76,8 +76,9 @@ def join_path(directory: str, *names: str) -> str:
 class WriteResults(beam.PTransform):
   """Writes ``deduped/``, ``clusters/`` and ``rejected/`` under ``output``.
 
-  Inputs (a dict): ``files`` (:class:`InputFile`), ``clusters`` (``(doc_id,
-  ClusterInfo)`` for clustered documents) and ``rejected``
+  Inputs (a dict): ``files`` (:class:`InputFile`), ``clusters``
+  (:class:`~transforms.select.ClusterColumns`: the ``(doc_id,
+  ClusterInfo)`` rows of clustered documents) and ``rejected``
   (:class:`Rejected`). Every input file is read again, start to end, and
   every row that is neither rejected nor removed as a duplicate is written
   back in the input's format with all original fields (JSONL and text lines
@@ -125,8 +126,8 @@ class WriteResults(beam.PTransform):
       ).with_output_types(Tuple[int, SpanBatch])
     keyed = {**struck,
         "file": inputs["files"],
-        "cluster": inputs["clusters"] | "KeyClusters" >> beam.ParDo(
-            _ClustersByFileFn()),
+        "cluster": inputs["clusters"] | "KeyClusters" >> beam.FlatMap(
+            _clusters_by_file).with_output_types(Tuple[int, ClusterColumns]),
         "rejected": inputs["rejected"],
     }
     written = (keyed
@@ -145,32 +146,10 @@ def _rejected_file(rejected) -> int:
   return split_doc_id(rejected.doc_id)[0]
 
 
-@beam.typehints.with_output_types(Tuple[int, ClusterColumns])
-class _ClustersByFileFn(beam.DoFn):
-  """``(doc_id, ClusterInfo)`` → ``(file index, ClusterColumns)``: one
-  batch of columns per file and bundle (of at most ``max_rows``), so the
-  rows cross the shuffle as a few large elements instead of one each."""
-
-  def __init__(self, max_rows: int = 1 << 16):
-    self._max_rows = max_rows
-
-  def start_bundle(self):
-    self._rows, self._held = {}, 0
-
-  def process(self, clustered):
-    self._rows.setdefault(split_doc_id(clustered[0])[0], []).append(clustered)
-    self._held += 1
-    if self._held >= self._max_rows:
-      yield from self._take()
-
-  def finish_bundle(self):
-    for out in self._take():
-      yield GlobalWindows.windowed_value(out)
-
-  def _take(self):
-    rows, self._rows, self._held = self._rows, {}, 0
-    return [(index, cluster_columns(file_rows))
-            for index, file_rows in sorted(rows.items())]
+def _clusters_by_file(columns: ClusterColumns):
+  """A batch of cluster rows → ``(file index, ClusterColumns)`` per input
+  file it has rows of."""
+  return split_cluster_columns(columns, columns.arrays.doc_ids >> ROW_BITS)
 
 
 class _Part:
