@@ -22,6 +22,11 @@ generates ``bench/run.py``'s seed-style corpus at each size and runs
 - ``work``: the stages' bundles, less the two above;
 - ``other``: the rest of ``main`` (options, preflight, claiming the output).
 
+``--python PATH`` runs the children with another interpreter: a
+virtualenv's with only ``requirements.txt`` installed times what a user who
+installed as the README says pays (``import apache_beam`` also imports the
+Pub/Sub, BigQuery and AWS clients where they are installed).
+
 ``--baseline-tree DIR`` (a checkout of an earlier commit, e.g. from ``git
 worktree add``) runs the same children on that tree's code in the same
 invocation: the table shows before and after. Medians over the runs;
@@ -120,13 +125,15 @@ def child(tree: str, argv: List[str]) -> dict:
 # ------------------------------------------------------------------ parent
 
 
-def measure(tree: str, argv: List[str], pinned: bool = True) -> dict:
-  """One child run: its phases plus ``start_exit`` and ``wall``."""
+def measure(tree: str, argv: List[str], pinned: bool = True,
+            python: str = sys.executable) -> dict:
+  """One child run (by the interpreter ``python``): its phases plus
+  ``start_exit`` and ``wall``."""
   cpu = max(os.sched_getaffinity(0)) if pinned else None
   with tempfile.TemporaryFile() as out:
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", tree, "--"]
+        [python, os.path.abspath(__file__), "--child", tree, "--"]
         + argv, cwd=tree, stdout=out, stderr=subprocess.PIPE, check=False,
         preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if pinned
         else None)
@@ -143,7 +150,8 @@ def measure(tree: str, argv: List[str], pinned: bool = True) -> dict:
 
 
 def breakdown(trees: Dict[str, str], corpus_dir: str, params: dict,
-              runs: int, pinned: bool = True) -> Dict[str, dict]:
+              runs: int, pinned: bool = True,
+              python: str = sys.executable) -> Dict[str, dict]:
   """``{tree label: {"wall": median, "phases": {phase: median},
   "walls": [...]}}`` of ``runs`` runs of each tree on ``corpus_dir``
   (written by ``bench.corpora.write``), runs of the trees interleaved,
@@ -157,10 +165,10 @@ def breakdown(trees: Dict[str, str], corpus_dir: str, params: dict,
     # A first run per tree, not counted: it fills numba's cache of that
     # tree's kernels (a tree new to this machine compiles them: ~3 s).
     for tree in trees.values():
-      measure(tree, argv, pinned)
+      measure(tree, argv, pinned, python)
     for _ in range(runs):
       for label, tree in trees.items():
-        samples[label].append(measure(tree, argv, pinned))
+        samples[label].append(measure(tree, argv, pinned, python))
   return {label: {
       "wall": statistics.median(s["wall"] for s in runs_),
       "walls": [round(s["wall"], 3) for s in runs_],
@@ -199,6 +207,12 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--unpinned", action="store_true",
                       help="let the children use every CPU")
   parser.add_argument("--seed", type=int, default=42)
+  parser.add_argument("--python", default=sys.executable,
+                      help="the interpreter that runs the jobs, e.g. a "
+                      "virtualenv's with only requirements.txt installed "
+                      "(the README's install; Beam imports the cloud "
+                      "clients it finds, which a development environment "
+                      "has)")
   parser.add_argument("--out", default=None, help="results JSON")
   args = parser.parse_args(argv)
   sys.path.insert(0, ROOT)
@@ -215,11 +229,12 @@ def main(argv: Optional[List[str]] = None) -> int:
       corpus_dir = os.path.join(work, str(docs))
       corpora.write(corpora.seed_style(docs, seed=args.seed), corpus_dir)
       rows[docs] = breakdown(trees, corpus_dir, params, args.runs,
-                             pinned=not args.unpinned)
+                             pinned=not args.unpinned, python=args.python)
   print("\n".join(table(rows)))
   if args.out:
     with open(args.out, "w", encoding="utf-8") as f:
-      json.dump({"load_avg_end": os.getloadavg(), "rows": rows}, f, indent=1)
+      json.dump({"load_avg_end": os.getloadavg(), "python": args.python,
+                 "rows": rows}, f, indent=1)
   return 0
 
 

@@ -214,3 +214,40 @@ def test_a_small_job_never_starts_numba(tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.strip().splitlines()[-1] == "False"
   assert "kept 3, removed 17 as duplicates" in done.stdout
+
+
+_NUMBA_START = (
+    "import sys\n"
+    "from transforms.kernels import dispatch, minhash\n"
+    "a, b = minhash.permutations(16, 1)\n"
+    "dispatch._STATE['pure_work'] = dispatch.PURE_BUDGET\n"
+    "from transforms.kernels import compiled_signature as cs\n"
+    "sigs, _ = cs.signature_batch(['a b c d', 'e f'], unit='word', ngram=2,\n"
+    "                             seed=1, a=a, b=b)\n"
+    "assert dispatch.started()\n"
+    "import numba.np.arraymath as arraymath\n"
+    "print(arraymath._HAVE_BLAS, 'scipy.linalg' in sys.modules,\n"
+    "      sigs.sum())\n"
+    "import scipy.linalg.cython_blas\n")
+
+
+@pytest.mark.parametrize("blas", [None, "1"])
+def test_numba_starts_without_scipy_unless_asked(blas):
+  """SciPy's linear algebra (0.2 s to import) is not loaded for numba's
+  BLAS check, and stays importable; NEARDUP_NUMBA_BLAS=1 keeps the check."""
+  pytest.importorskip("scipy.linalg")
+  env = {k: v for k, v in os.environ.items() if k != "NEARDUP_NUMBA_BLAS"}
+  if blas:
+    env["NEARDUP_NUMBA_BLAS"] = blas
+  done = subprocess.run([sys.executable, "-c", _NUMBA_START], env=env,
+                        capture_output=True, text=True, timeout=300,
+                        check=False, cwd=ROOT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  have_blas, scipy_linalg, total = done.stdout.split()
+  assert (have_blas, scipy_linalg) == (("True", "True") if blas
+                                       else ("False", "False"))
+  # The same signatures either way (here on the pure path).
+  a, b = minhash.permutations(16, 1)
+  sigs, _ = compiled_signature.signature_batch(
+      ["a b c d", "e f"], unit="word", ngram=2, seed=1, a=a, b=b)
+  assert int(total) == int(sigs.sum())
