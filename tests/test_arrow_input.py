@@ -18,6 +18,7 @@ from transforms import ClusterInfo, WriteResults
 from transforms import read as read_module
 from transforms.read import (Document, InputFile, Rejected, expand_inputs,
                              make_doc_id, read_file, read_texts)
+from transforms.select import cluster_columns
 from transforms.write import OutputOptions
 
 HF_METADATA = {"huggingface": json.dumps({"info": {"features": {
@@ -151,7 +152,8 @@ def test_kept_rows_are_written_back_in_the_same_flavour(tmp_path, flavour):
   for options in (OutputOptions(), OutputOptions(annotate=True)):
     with TestPipeline(runner="FnApiRunner") as p:
       _ = ({"files": p | "Files" >> beam.Create(files),
-            "clusters": p | "Clusters" >> beam.Create(clusters),
+            "clusters": p | "Clusters" >> beam.Create(
+                [cluster_columns(clusters)]),
             "rejected": p | "Rejected" >> beam.Create([])}
            | WriteResults(out, "id", options))
   extension = name.rsplit(".", 1)[1]

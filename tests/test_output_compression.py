@@ -14,6 +14,7 @@ from transforms import ClusterInfo, WriteResults
 from transforms.read import (COMPRESSIONS, InputFile, compression_of,
                              create_stream, iter_raw_lines, make_doc_id,
                              open_stream)
+from transforms.select import cluster_columns
 from transforms.write import OutputOptions
 
 DATA = b"".join(json.dumps({"id": i, "text": f"text {i} " * (i % 7)}).encode()
@@ -64,7 +65,8 @@ def _write(tmp_path, name, data, compression):
   out = str(tmp_path / f"out-{name}-{compression}")
   with TestPipeline(runner="FnApiRunner") as p:
     _ = ({"files": p | "Files" >> beam.Create(files),
-          "clusters": p | "Clusters" >> beam.Create(clusters),
+          "clusters": p | "Clusters" >> beam.Create(
+                [cluster_columns(clusters)]),
           "rejected": p | "Rejected" >> beam.Create([])}
          | WriteResults(out, "id", OutputOptions(compression=compression)))
   return os.listdir(os.path.join(out, "deduped")), out
