@@ -54,8 +54,8 @@ class Faults:
 
 def inject(monkeypatch, faults):
   """Reading file 1 fails after its first output (a batch of its texts),
-  writing its first part after 3 lines, and finalization after moving 2
-  files."""
+  writing its first part once 3 lines are written, and finalization after
+  moving 2 files."""
   process = read._ReadFileFn.process
 
   def flaky_read(self, input_file):
@@ -64,11 +64,11 @@ def inject(monkeypatch, faults):
       if input_file.index == 1 and i == 0 and faults.fire("read"):
         raise InjectedFault("injected fault while reading file 1")
 
-  add = write._LineSink.add
+  add = write._LineSink.add_lines  # what every written line goes through
 
-  def flaky_add(self, line):
-    add(self, line)
-    if ("part-00001-" in self._path and self._count == 3
+  def flaky_add(self, lines, count):
+    add(self, lines, count)
+    if ("part-00001-" in self._path and self._count >= 3
         and faults.fire("write")):
       raise InjectedFault("injected fault while writing file 1")
 
@@ -82,7 +82,7 @@ def inject(monkeypatch, faults):
     mkdirs(path)
 
   monkeypatch.setattr(read._ReadFileFn, "process", flaky_read)
-  monkeypatch.setattr(write._LineSink, "add", flaky_add)
+  monkeypatch.setattr(write._LineSink, "add_lines", flaky_add)
   monkeypatch.setattr(finalize, "_mkdirs", flaky_mkdirs)
 
 
