@@ -1,7 +1,8 @@
 """Reading lines a block at a time (``iter_line_blocks``) gives the rows of
-``iter_raw_lines``, byte for byte, whatever the block size, line endings and
-compression; ``jsonl_texts`` gives the documents and rejections of
-``read_file``; ``read_texts`` the rows asked for.
+a decompressed stream's own line iteration (and of ``iter_lines``), byte for
+byte, whatever the block size, line endings and compression; ``jsonl_texts``
+gives the documents and rejections of ``read_file``; ``read_texts`` the
+rows asked for.
 
 Examples per property: 200 (NEARDUP_FULL=1: 2,000); derandomized.
 """
@@ -14,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from transforms import read
-from transforms.read import (InputFile, iter_line_blocks, iter_raw_lines,
-                             jsonl_texts, read_file, read_texts)
+from transforms.read import (InputFile, iter_line_blocks, iter_lines,
+                             jsonl_texts, open_stream, read_file, read_texts)
 
 FULL = os.environ.get("NEARDUP_FULL") == "1"
 PROPERTY = settings(max_examples=2000 if FULL else 200, deadline=None,
@@ -42,6 +43,12 @@ def joined(lines, endings, last_ended):
   return body
 
 
+def raw_lines(path):
+  """The file's lines with their endings, as iterating its stream gives."""
+  with open_stream(path) as handle:
+    return list(handle)
+
+
 def rows_of_blocks(path, block_bytes):
   rows = []
   for first, block, starts in iter_line_blocks(path, block_bytes):
@@ -59,9 +66,11 @@ def test_blocks_hold_the_raw_lines(tmp_path, lines, endings, last_ended,
   data = joined(lines, endings, last_ended)
   with (gzip.open(path, "wb") if compressed else open(path, "wb")) as f:
     f.write(data)
-  expected = [line for _, line in iter_raw_lines(path)]
+  expected = raw_lines(path)
   assert rows_of_blocks(path, block_bytes) == expected
   assert b"".join(expected) == data
+  assert [line for _, line in iter_lines(path)] == [
+      read.strip_line_end(line) for line in expected]
 
 
 @PROPERTY
@@ -70,8 +79,7 @@ def test_blocks_of_arbitrary_bytes(tmp_path, data, block_bytes):
   path = str(tmp_path / "a.txt")
   with open(path, "wb") as f:
     f.write(data)
-  assert rows_of_blocks(path, block_bytes) == [
-      line for _, line in iter_raw_lines(path)]
+  assert rows_of_blocks(path, block_bytes) == raw_lines(path)
 
 
 @PROPERTY

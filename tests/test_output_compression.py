@@ -12,7 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 
 from transforms import ClusterInfo, WriteResults
 from transforms.read import (COMPRESSIONS, InputFile, compression_of,
-                             create_stream, iter_raw_lines, make_doc_id,
+                             create_stream, make_doc_id,
                              open_stream)
 from transforms.select import cluster_columns
 from transforms.write import OutputOptions
@@ -86,8 +86,8 @@ def test_outputs_follow_the_input_or_the_flag(tmp_path, name, compression,
   original = DATA.splitlines(keepends=True)[:6]
   names, out = _write(tmp_path, name, b"".join(original), compression)
   assert names == [expected]
-  rows = [line for _, line in iter_raw_lines(
-      os.path.join(out, "deduped", expected))]
+  with open_stream(os.path.join(out, "deduped", expected)) as handle:
+    rows = list(handle)
   assert rows == original[:1] + original[2:]
   if expected.endswith(".lzma"):
     with open(os.path.join(out, "deduped", expected), "rb") as f:

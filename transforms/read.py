@@ -757,20 +757,12 @@ def parse_record(line: bytes, input_format: str, source: str, row: int,
   return _text_document(0, source, row, line)
 
 
-def iter_raw_lines(path: str) -> Iterable[Tuple[int, bytes]]:
-  """``(row, line)`` for every line of a (possibly compressed) file, with its
-  line ending (none on a last line without one); the row numbering every
-  reader of a file shares. A compressed stream is read to its end-of-stream
-  check: a truncated or corrupt one raises :class:`InputReadError`."""
-  with open_stream(path) as handle:
-    # Iterating a stream gives the lines readline() would, faster.
-    yield from enumerate(_read_or_fail(path, handle))
-
-
 def iter_lines(path: str) -> Iterable[Tuple[int, bytes]]:
-  """Like :func:`iter_raw_lines`, without the ``\\n`` or ``\\r\\n``."""
-  # Not layered on iter_raw_lines: a generator per line costs 0.4 s per
-  # million lines, a third of the whole scan.
+  """``(row, line)`` for every line of a (possibly compressed) file, without
+  its ``\\n`` or ``\\r\\n``; the row numbering every reader of a file
+  shares. A compressed stream is read to its end-of-stream check: a
+  truncated or corrupt one raises :class:`InputReadError`."""
+  # Iterating a stream gives the lines readline() would, faster.
   with open_stream(path) as handle:
     for row, line in enumerate(_read_or_fail(path, handle)):
       if line[-1:] == b"\n":
@@ -780,10 +772,10 @@ def iter_lines(path: str) -> Iterable[Tuple[int, bytes]]:
 
 def iter_line_blocks(path: str, block_bytes: int = LINE_BLOCK_BYTES
                      ) -> Iterable[Tuple[int, bytes, np.ndarray]]:
-  """The lines of :func:`iter_raw_lines` (same rows, same bytes), a block
-  of whole lines at a time: ``(first row, block, starts)`` where row
-  ``first + i`` is ``block[starts[i]:starts[i + 1]]``, its line ending
-  included. Readers that touch a few rows, or copy runs of rows as they
+  """The lines of :func:`iter_lines` (same rows), a block of whole lines at
+  a time: ``(first row, block, starts)`` where row ``first + i`` is
+  ``block[starts[i]:starts[i + 1]]``, its line ending (none on a last line
+  without one) included. Readers that touch a few rows, or copy runs of rows as they
   are, pay no Python work per line.
 
   Args:

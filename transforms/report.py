@@ -160,18 +160,16 @@ class _ByClusterShardFn(beam.DoFn):
     self._clusters = {}
 
   def process(self, columns):
-    clusters, add = self._clusters, self._fn.add_input
     for doc_id, info in cluster_rows(columns):
       # Smallest first: the kept member, then by doc id.
       row = info.cluster_size, (doc_id != info.kept_doc_id, doc_id,
                                 info.jaccard_to_kept, info.chain_kept)
-      accumulator = clusters.get(info.cluster_id)
+      accumulator = self._clusters.get(info.cluster_id)
       if accumulator is None:
-        if len(clusters) >= self._max_clusters:
+        if len(self._clusters) >= self._max_clusters:
           yield from self._take()
-          clusters = self._clusters
         accumulator = self._fn.create_accumulator()
-      clusters[info.cluster_id] = add(accumulator, row)
+      self._clusters[info.cluster_id] = self._fn.add_input(accumulator, row)
 
   def finish_bundle(self):
     for out in self._take():
