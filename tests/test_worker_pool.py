@@ -36,8 +36,38 @@ def test_bad_flags_say_how_to_fix_them(argv, message, capsys):
   assert message in capsys.readouterr().err
 
 
-def test_default_cache_is_beams_sdk_worker_default():
-  assert worker_pool.parse_args(["--service_port", "1"]).state_cache_mb == 100
+@pytest.mark.parametrize("memory_gb, cpus, mb", [
+    (24, 2, 3072),     # this 2-core machine: a quarter over two workers
+    (64, 16, 1024),
+    (2, 16, 100),      # never below Beam's 100 MB
+    (8, 0, 2048),      # no CPU count: one worker
+])
+def test_default_cache_is_a_quarter_of_memory_per_cpu(memory_gb, cpus, mb):
+  assert worker_pool.default_state_cache_mb(memory_gb << 30, cpus) == mb
+
+
+@pytest.mark.parametrize("limit, expected_gb", [
+    ("2147483648\n", 2),   # a container's limit below the machine's memory
+    ("max\n", None),       # cgroup v2 without a limit: the machine's
+])
+def test_machine_memory_honours_the_container_limit(limit, expected_gb,
+                                                    tmp_path, monkeypatch):
+  path = tmp_path / "memory.max"
+  path.write_text(limit)
+  monkeypatch.setattr(worker_pool, "CGROUP_MEMORY_LIMITS",
+                      (str(path), str(tmp_path / "absent")))
+  physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  assert worker_pool.machine_memory_bytes() == (
+      physical if expected_gb is None else min(physical, expected_gb << 30))
+
+
+def test_default_flag_sizes_the_cache_to_this_machine():
+  expected = worker_pool.default_state_cache_mb(
+      worker_pool.machine_memory_bytes(), len(os.sched_getaffinity(0)))
+  assert worker_pool.parse_args(["--service_port", "1"]).state_cache_mb == (
+      expected)
+  assert worker_pool.parse_args(
+      ["--service_port", "1", "--state_cache_mb", "0"]).state_cache_mb == 0
 
 
 def _cmdline(pid: int) -> str:
@@ -86,7 +116,8 @@ def test_workers_get_the_state_cache_and_stop_with_the_pool(tmp_path,
     while not _children(pool.proc.pid) and time.monotonic() < deadline:
       time.sleep(0.1)
     (worker,) = _children(pool.proc.pid)
-    expected = (cache_mb if cache_mb is not None else 100) << 20
+    expected = (cache_mb if cache_mb is not None else worker_pool.parse_args(
+        ["--service_port", "1"]).state_cache_mb) << 20
     assert _cmdline(worker).endswith(
         f" -m pipeline.sdk_worker --control_endpoint {endpoint} --worker_id"
         f" w-1 --state_cache_bytes {expected} ")
