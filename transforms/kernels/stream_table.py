@@ -51,52 +51,54 @@ def find(table: BlobTable, ids: Sequence[str]) -> np.ndarray:
 def updated(table: BlobTable, drop: np.ndarray, ids: List[str],
             blobs: List[bytes]) -> BlobTable:
   """``table`` without the rows ``drop`` and with rows ``(ids[i],
-  blobs[i])`` added (ids not in the table, or among those dropped). The
-  rows kept are copied as runs (one slice per run between rows dropped or
-  added), so this costs the rows touched plus one copy of the bytes."""
+  blobs[i])`` added (ids not in the table, or among those dropped), each
+  placed after the kept rows of an equal or lower hash. The rows kept are
+  copied as runs (one slice per run between rows dropped or added), and
+  the offsets and hashes are computed for all rows at once, so this costs
+  the rows touched plus one copy of the bytes."""
   keep = np.ones(len(table), bool)
   keep[np.asarray(drop, np.int64)] = False
   kept = np.flatnonzero(keep)
   new_hashes = np.array([id_hash(i) for i in ids], np.uint64)
   order = np.argsort(new_hashes, kind="stable")
-  # Where each new row goes: after this many kept rows.
-  at = np.searchsorted(table.hashes[kept], new_hashes[order], "right")
-  cuts = np.union1d(np.flatnonzero(np.diff(kept) != 1) + 1, at)
-  cuts = np.union1d(cuts, [0, len(kept)]).tolist()
-  at = at.tolist()
-  hashes, id_parts, id_lengths, blob_parts, blob_lengths = [], [], [], [], []
-
-  def add_new(i):
-    encoded = ids[i].encode("utf-8")
-    hashes.append(new_hashes[i:i + 1])
-    id_parts.append(encoded)
-    id_lengths.append(np.array([len(encoded)], np.int64))
-    blob_parts.append(blobs[i])
-    blob_lengths.append(np.array([len(blobs[i])], np.int64))
-
-  n = 0
-  for start, end in zip(cuts[:-1], cuts[1:]):
-    while n < len(order) and at[n] == start:
-      add_new(int(order[n]))
-      n += 1
-    first, last = int(kept[start]), int(kept[end - 1]) + 1
-    hashes.append(table.hashes[first:last])
-    for parts, lengths, data, offsets in (
-        (id_parts, id_lengths, table.id_bytes, table.id_offsets),
-        (blob_parts, blob_lengths, table.blobs, table.blob_offsets)):
-      parts.append(data[offsets[first]:offsets[last]])
-      lengths.append(np.diff(offsets[first:last + 1]))
-  while n < len(order):
-    add_new(int(order[n]))
-    n += 1
-  if not hashes:
+  if not len(kept) and not len(order):
     return empty_table()
+  encoded = [ids[i].encode("utf-8") for i in order.tolist()]
+  added = [blobs[i] for i in order.tolist()]
+  # The new table's rows: kept rows as themselves, the k-th new row (in
+  # hash order) as len(table) + k, each after the kept rows of a hash <=.
+  n_old = len(table)
+  at = np.searchsorted(table.hashes[kept], new_hashes[order], "right")
+  rows = np.insert(kept, at, n_old + np.arange(len(order)))
+  is_new = rows >= n_old
+  hashes = np.concatenate([table.hashes, new_hashes[order]])[rows]
+  id_lengths = np.concatenate([
+      np.diff(table.id_offsets), np.array([len(e) for e in encoded],
+                                          np.int64)])[rows]
+  blob_lengths = np.concatenate([
+      np.diff(table.blob_offsets), np.array([len(b) for b in added],
+                                            np.int64)])[rows]
+  # Runs of consecutive old rows are copied with one slice each.
+  breaks = np.flatnonzero(is_new[1:] | is_new[:-1]
+                          | (np.diff(rows) != 1)) + 1
+  id_parts, blob_parts = [], []
+  bounds = [0] + breaks.tolist() + [len(rows)]
+  for start, end in zip(bounds[:-1], bounds[1:]):
+    first = int(rows[start])
+    if first >= n_old:
+      id_parts.append(encoded[first - n_old])
+      blob_parts.append(added[first - n_old])
+      continue
+    last = int(rows[end - 1]) + 1
+    id_parts.append(table.id_bytes[table.id_offsets[first]:
+                                   table.id_offsets[last]])
+    blob_parts.append(table.blobs[table.blob_offsets[first]:
+                                  table.blob_offsets[last]])
 
   def offsets_of(lengths):
-    out = np.zeros(sum(map(len, lengths)) + 1, np.int64)
-    np.cumsum(np.concatenate(lengths), out=out[1:])
+    out = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
     return out
 
-  return BlobTable(np.concatenate(hashes), b"".join(id_parts),
-                   offsets_of(id_lengths), b"".join(blob_parts),
-                   offsets_of(blob_lengths))
+  return BlobTable(hashes, b"".join(id_parts), offsets_of(id_lengths),
+                   b"".join(blob_parts), offsets_of(blob_lengths))
