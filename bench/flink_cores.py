@@ -24,7 +24,8 @@ It prints, and writes to ``--out`` as JSON, each run's CLI wall, the ratio
 Flink ÷ FnApiRunner against the issue's targets (must <= 1.0, aim <= 0.6),
 Flink's own job time and vertex count, the CPU seconds of each JVM and of
 the SDK workers, peak RSS, where the Flink job's time went (its longest
-vertices), and whether the two output trees are byte-identical (timing
+vertices, and every vertex's start and end from the job's start:
+``timeline``), and whether the two output trees are byte-identical (timing
 fields aside).
 """
 
@@ -124,6 +125,7 @@ def flink_job(cluster: services.FlinkSessionCluster) -> dict:
   job = cluster.rest(f"/jobs/{jobs[-1]['jid']}")
   config = cluster.rest(f"/jobs/{jobs[-1]['jid']}/config")
   vertices = sorted(job["vertices"], key=lambda v: -v["duration"])
+  began = job["start-time"]
   return {"state": job["state"], "job_s": job["duration"] / 1000,
           "object_reuse": config["execution-config"]["object-reuse-mode"],
           "vertices": len(job["vertices"]),
@@ -132,7 +134,16 @@ def flink_job(cluster: services.FlinkSessionCluster) -> dict:
           "longest_vertices": [
               {"name": v["name"][:120], "seconds": v["duration"] / 1000,
                "read_mb": round(v["metrics"]["read-bytes"] / 1e6, 1)}
-              for v in vertices[:8]]}
+              for v in vertices[:8]],
+          # Every vertex's span from the job's start: which ran together,
+          # and how long the job waited on one vertex alone.
+          "timeline": [
+              {"name": v["name"][:160], "start_s": (v["start-time"] - began)
+               / 1000, "end_s": (v["end-time"] - began) / 1000,
+               "read_mb": round(v["metrics"]["read-bytes"] / 1e6, 1),
+               "read_records": v["metrics"]["read-records"]}
+              for v in sorted(job["vertices"],
+                              key=lambda v: v["start-time"])]}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

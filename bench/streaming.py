@@ -6,14 +6,15 @@ process's affinity, as bench/run.py pins), over the same seed-style
 documents (bench/corpora.py, 30% with a planted near-copy):
 
 * ``ours``: DeduplicateStream of this tree on a TestStream (``--batch``
-  documents per step, the watermark advanced after each, 10 ms of event time
-  apart) on the BundleBasedDirectRunner (the streaming CLI's default local
+  documents per step, the watermark advanced after each, ``--event-gap-ms``
+  of event time apart: 10 by default, a 100 documents/s feed replayed; 0.5
+  is a 2,000 documents/s feed, the rate a run at that speed keeps up with) on the BundleBasedDirectRunner (the streaming CLI's default local
   runner) or Prism; wall time of the whole run, pipeline start included.
 * ``ours-before``: the same graph from ``--baseline-tree`` (a worktree of an
   earlier commit), with the same invocation.
 * ``cli`` / ``cli-before``: ``python -m pipeline --streaming`` of this tree
   and of the baseline tree on a JSONL file of the same documents (event
-  times 10 ms apart from a field; the default local runner), ``main()``'s
+  times ``--event-gap-ms`` apart from a field; the default local runner), ``main()``'s
   wall time (pipeline construction included; a file's watermark jumps to
   the end at once, so every timer fires in one flush).
 * ``flink``: the same CLI command on the Flink session cluster of the
@@ -57,15 +58,15 @@ ONLINE = ("rensa", "datasketch")
 CONFIG = dict(ngram=3, num_perm=128, bands=32, rows=4, threshold=0.4)
 
 
-def events_of(texts, batch: int):
+def events_of(texts, batch: int, gap_ms: float = 10.0):
   """TestStream events: ``batch`` documents per step (ids ``%08d``, event
-  times 10 ms apart), the watermark advanced past each step."""
+  times ``gap_ms`` apart), the watermark advanced past each step."""
   events = []
   for start in range(0, len(texts), batch):
     stop = min(start + batch, len(texts))
-    events.append(("add", [(f"{i:08d}", texts[i], 1000 + 10 * i)
+    events.append(("add", [(f"{i:08d}", texts[i], 1000 + gap_ms * i)
                            for i in range(start, stop)]))
-    events.append(("wm", 1000 + 10 * stop))
+    events.append(("wm", 1000 + gap_ms * stop))
   return events
 
 
@@ -170,7 +171,8 @@ def _graph_worker(args) -> dict:
   def run(docs, count_shuffle):
     folder = tempfile.mkdtemp()
     p = beam.Pipeline(options=PipelineOptions(options + ["--streaming"]))
-    out = p | make_test_stream(events_of(texts[:docs], args.batch)) | (
+    out = p | make_test_stream(events_of(texts[:docs], args.batch,
+                                                      args.event_gap_ms)) | (
         DeduplicateStream(stream))
     _ = out["verdicts"] | "CollectVerdicts" >> beam.ParDo(
         Collect(folder, "verdicts"))
@@ -282,13 +284,14 @@ def bucket_state_bytes(texts, config) -> dict:
           "bucket_bytes_per_kept_doc": round(total / len(kept), 1)}
 
 
-def _write_feed(texts, folder: str) -> str:
-  """The documents as one JSONL file (event times 10 ms apart in ``ts``)."""
+def _write_feed(texts, folder: str, gap_ms: float) -> str:
+  """The documents as one JSONL file (event times ``gap_ms`` apart in
+  ``ts``)."""
   path = os.path.join(folder, "docs.jsonl")
   with open(path, "w", encoding="utf-8") as f:
     for i, text in enumerate(texts):
       f.write(json.dumps({"id": f"{i:08d}", "text": text,
-                          "ts": 1 + i / 100}) + "\n")
+                          "ts": 1 + i * gap_ms / 1000}) + "\n")
   return path
 
 
@@ -315,13 +318,13 @@ def _verdict_summary(out: str) -> dict:
 
 def _cli_worker(args) -> dict:
   """The streaming CLI of the tree on sys.path[0], as a user runs it on a
-  file (the default local runner; event times 10 ms apart from a field):
+  file (the default local runner; event times from a field):
   its wall time, from main() called to returned."""
   # pylint: disable=import-outside-toplevel
   texts = _corpus(args.docs).texts
   from pipeline.cli import main as cli_main
   folder = tempfile.mkdtemp()
-  path = _write_feed(texts, folder)
+  path = _write_feed(texts, folder, args.event_gap_ms)
   out = os.path.join(folder, "out")
   started, cpu = time.perf_counter(), time.process_time()
   code = cli_main(_cli_args(args, path, out))
@@ -351,7 +354,7 @@ def _flink_system(args) -> dict:
   texts = _corpus(args.docs).texts
   work = tempfile.mkdtemp(prefix="neardup-stream-flink-")
   try:
-    path = _write_feed(texts, work)
+    path = _write_feed(texts, work, args.event_gap_ms)
     out = os.path.join(work, "out")
     cluster = services.FlinkSessionCluster(
         home, os.path.join(work, "cluster"), SLOTS,
@@ -375,7 +378,7 @@ def _flink_system(args) -> dict:
             f"localhost:{pool.port}", "--parallelism", str(SLOTS),
             "--sdk_worker_parallelism", str(SLOTS),
             "--environment_cache_millis",
-            str(flink_cores.ENVIRONMENT_CACHE_MS)])
+            str(flink_cores.ENVIRONMENT_CACHE_MS), *args.flink_option])
         job = flink_cores.flink_job(cluster)
         cpu = {n: round(flink_cores.cpu_seconds(s.proc.pid) - before[n], 1)
                for n, s in jvms.items()}
@@ -447,8 +450,8 @@ def _run_worker(args, system: str, tree: str, cpu) -> dict:
              worker, "--tree", tree,
              "--docs", str(args.docs), "--runner", args.runner, "--mode",
              args.mode, "--verify", args.verify, "--batch", str(args.batch),
-             "--shuffle_docs", str(args.shuffle_docs), "--state_docs",
-             str(args.state_docs)]
+             "--event-gap-ms", str(args.event_gap_ms), "--shuffle_docs",
+             str(args.shuffle_docs), "--state_docs", str(args.state_docs)]
   done = subprocess.run(
       command, cwd=tree, capture_output=True, text=True, check=False,
       preexec_fn=(lambda: os.sched_setaffinity(0, {cpu}))
@@ -469,6 +472,12 @@ def main(argv=None):
                       default="signature")
   parser.add_argument("--batch", type=int, default=500,
                       help="documents per TestStream step")
+  parser.add_argument("--event-gap-ms", dest="event_gap_ms", type=float,
+                      default=10.0,
+                      help="event time between consecutive documents, ms"
+                      " (10: a feed of 100 documents/s replayed; 0.5: a"
+                      " feed of 2,000/s); the graph's timer firings per"
+                      " document follow the event time a document spans")
   parser.add_argument("--shuffle_docs", type=int, default=1000,
                       help="documents of the untimed run counting shuffle"
                       " bytes")
@@ -483,6 +492,10 @@ def main(argv=None):
   parser.add_argument("--state-cache-mb", dest="state_cache_mb", type=int,
                       help="flink: the SDK workers' state cache (default:"
                       " pipeline.worker_pool's; 0 is Beam's worker pool)")
+  parser.add_argument("--flink-option", action="append", default=[],
+                      metavar="OPTION",
+                      help="flink: a pipeline option for the Flink job, e.g."
+                      " --flink-option=--max_bundle_size=5000 (repeatable)")
   parser.add_argument("--unpinned", action="store_true",
                       help="do not pin each system to one CPU")
   parser.add_argument("--out", help="also write the JSON here")
@@ -510,7 +523,9 @@ def main(argv=None):
       g, {})]
   report = {
       "runner": args.runner, "mode": args.mode, "verify": args.verify,
-      "docs": args.docs, "batch": args.batch, "pinned_cpu": cpu,
+      "docs": args.docs, "batch": args.batch,
+      "event_gap_ms": args.event_gap_ms, "flink_options": args.flink_option,
+      "pinned_cpu": cpu,
       "load_average_before": [round(x, 2) for x in load_before],
       "load_average_after": [round(x, 2) for x in os.getloadavg()],
       "results": results, "ratios": ratios(results),

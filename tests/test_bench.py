@@ -438,6 +438,10 @@ def test_streaming_bench_logic_without_a_pipeline():
   assert events == [("add", [("00000000", "a", 1000), ("00000001", "b", 1010)]),
                     ("wm", 1020), ("add", [("00000002", "c", 1020)]),
                     ("wm", 1030)]
+  # A feed of 2,000 documents/s: event times 0.5 ms apart.
+  assert streaming.events_of(["a", "b", "c"], batch=3, gap_ms=0.5) == [
+      ("add", [("00000000", "a", 1000), ("00000001", "b", 1000.5),
+               ("00000002", "c", 1001)]), ("wm", 1001.5)]
   rows = [{"id": "b", "verdict": "duplicate", "of": "a"},
           {"id": "a", "verdict": "kept", "of": None}]
   assert streaming.verdict_digest(rows) == streaming.verdict_digest(rows[::-1])
@@ -462,3 +466,14 @@ def test_streaming_bench_logic_without_a_pipeline():
   # Each kept document's signature (512 bytes) at least once, and less than
   # the 18.8 KB a cell per band key took at b = 32.
   assert 512 < state["bucket_bytes_per_kept_doc"] < 18_848
+
+
+def test_streaming_feed_file_spaces_event_times_by_the_gap(tmp_path):
+  # pylint: disable=import-outside-toplevel
+  from bench import streaming
+  path = streaming._write_feed(["a", "b", "c"], str(tmp_path), 0.5)  # pylint: disable=protected-access
+  with open(path, encoding="utf-8") as f:
+    rows = [json.loads(line) for line in f]
+  assert [(r["id"], r["text"], r["ts"]) for r in rows] == [
+      ("00000000", "a", 1.0), ("00000001", "b", 1.0005),
+      ("00000002", "c", 1.001)]
