@@ -65,7 +65,10 @@ def oracle(texts, threshold, strike):
 
 def kernel_marks(texts, threshold, strike):
   ids = np.arange(len(texts), dtype=np.int64) * 7 + 3
-  spans = sk.find_spans(texts, ids, threshold, strike, shards=1 + len(texts) % 3)
+  # Few contexts compared at once, so that shards are cut into parts.
+  spans = sk.find_spans(texts, ids, threshold, strike,
+                        shards=1 + len(texts) % 3,
+                        max_contexts=1 + len(texts) % 5)
   marks = [np.zeros(len(t), dtype=bool) for t in texts]
   for doc, start, end in zip(spans.doc_ids, spans.starts, spans.ends):
     marks[(int(doc) - 3) // 7][start:end] = True
@@ -175,7 +178,8 @@ def test_hash_collision_never_strikes(monkeypatch):
 
 def test_narrow_to_code_points():
   data = np.frombuffer("aé€b".encode("utf-8"), dtype=np.uint8)  # 1,2,3,1
-  starts, ends = sk.narrow_to_code_points(data, [2, 0, 4], [5, 4, 5])
+  starts, ends = sk.narrow_to_code_points(sk.continuation_bytes(data),
+                                          [2, 0, 4], [5, 4, 5])
   assert starts.tolist() == [3, 0, 6] and ends.tolist() == [3, 3, 6]
 
 

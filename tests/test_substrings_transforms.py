@@ -2,23 +2,35 @@
 
 import numpy as np
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
+from hypothesis import given, settings, strategies as st
 
 from transforms.elements import TextBatch
+from transforms.kernels import substrings as sk
 from transforms.read import make_doc_id
 from transforms.substrings import StrikeSubstrings, strike_text
+from transforms.substrings.dedup import _layout
+from transforms.substrings.elements import (BlockLayout, BlockLayoutCoder,
+                                            DocBlock)
 from tests.test_substrings_kernels import licence_texts, oracle
 
 
 def run_strike(texts, threshold, strike, check, batch=7, removed=None,
-               shards=5):
-  """Runs the transform on ``texts`` split into files of ``batch`` rows;
-  ``check(marks, spans)`` asserts on the struck marks per document and
-  the spans (inside the pipeline, as assert_that does)."""
+               shards=5, piece=None):
+  """Runs the transform on ``texts`` split into files of ``batch`` rows,
+  each file's rows in text batches of ``piece`` rows (a block in several
+  batches, as a reader may cut it); ``check(marks, spans)`` asserts on the
+  struck marks per document and the spans (inside the pipeline, as
+  assert_that does)."""
   ids = [make_doc_id(i // batch, i % batch) for i in range(len(texts))]
-  batches = [TextBatch(np.array(ids[i:i + batch]), texts[i:i + batch])
-             for i in range(0, len(texts), batch)]
+  piece = piece or batch
+  batches = [TextBatch(np.array(ids[i:j]), texts[i:j])
+             for f in range(0, len(texts), batch)
+             for i, j in ((p, min(p + piece, f + batch, len(texts)))
+                          for p in range(f, min(f + batch, len(texts)),
+                                         piece))]
   lengths = [len(t.encode("utf-8")) for t in texts]
 
   def matcher(got):
@@ -47,7 +59,8 @@ def narrowed(text: str, mark: np.ndarray) -> np.ndarray:
   return out
 
 
-def test_matches_oracle_both_modes_unicode():
+@pytest.mark.parametrize("piece", [None, 3])
+def test_matches_oracle_both_modes_unicode(piece):
   shared = "Ünïcödé boilerplate — repeated ✓ across documents. " * 2
   texts = (["intro " + shared + " end", "other " + shared, shared,
             "abcabcabcabcabcabcabcabcabcabc", "", "zz", "unique text here"]
@@ -60,7 +73,31 @@ def test_matches_oracle_both_modes_unicode():
     def check(got, _, want=want):
       for g, w in zip(got, want):
         assert np.array_equal(g, w)
-    run_strike(texts, 20, strike, check)
+    run_strike(texts, 20, strike, check, piece=piece)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=30), min_size=1, max_size=12),
+       st.integers(1, 5))
+def test_block_layouts_of_pieces(texts, piece):
+  """The layouts of a block's pieces, joined, give its ids, starts and
+  continuation bytes (the narrowing's only input), also after the coder."""
+  data = [t.encode("utf-8") for t in texts]
+  ids = np.arange(len(data), dtype=np.int64) * 3 + 1
+  coder = BlockLayoutCoder()
+  pieces = []
+  for at in range(0, len(data), piece):
+    joined, starts = sk.concatenate(data[at:at + piece])
+    block = DocBlock(ids[at:at + piece], starts, joined)
+    layout = BlockLayout.of(block)
+    assert len(layout.continuation) == (
+        0 if block.data.max(initial=0) < 0x80 else -(-len(block.data) // 8))
+    pieces.append(coder.decode(coder.encode(layout)))
+  got_ids, got_starts, got_cont = _layout(pieces[::-1])
+  whole, starts = sk.concatenate(data)
+  assert np.array_equal(got_ids, ids)
+  assert np.array_equal(got_starts, starts)
+  assert np.array_equal(got_cont, sk.continuation_bytes(whole))
 
 
 def test_removed_documents_do_not_count():

@@ -167,18 +167,31 @@ class Contexts(NamedTuple):
 def contexts(data: np.ndarray, starts: np.ndarray, doc_ids: np.ndarray,
              anchors: Anchors, threshold: int, k: int) -> Contexts:
   """The :class:`Contexts` of ``anchors`` in the batch ``(data, starts)``
-  (as :func:`winnow` takes it) whose documents have ids ``doc_ids``."""
+  (as :func:`winnow` takes it) whose documents have ids ``doc_ids``.
+
+  Its working memory is about twice the contexts' text (a strided view of
+  the padded batch is copied row by row), not the eight bytes of an index
+  per context byte a fancy-indexed gather would take."""
   width = 2 * threshold - k
   lead = threshold - k
+  starts = np.asarray(starts, dtype=np.int64)
   rows, offsets = anchors.rows, anchors.offsets
-  lengths = np.diff(np.asarray(starts, dtype=np.int64))[rows]
+  lengths = np.diff(starts)[rows]
   begin = offsets - lead
   lo = np.maximum(0, -begin)
   hi = np.minimum(width, lengths - begin)
-  cols = np.arange(width)
-  valid = (cols >= lo[:, None]) & (cols < hi[:, None])
-  where = np.where(valid, starts[rows][:, None] + begin[:, None] + cols, 0)
-  text = np.where(valid, data[where] if len(data) else 0, 0).astype(np.uint8)
+  # ``width`` zero bytes on each side, so a context may start before its
+  # batch's first byte or end after its last.
+  padded = np.zeros(len(data) + 2 * width, dtype=np.uint8)
+  padded[width:width + len(data)] = data
+  text = np.lib.stride_tricks.sliding_window_view(padded, width)[
+      starts[rows] + begin + width]
+  # Bytes outside the document (its neighbours' or the padding) are zeroed,
+  # only in the contexts that reach past one of its ends.
+  cut = np.nonzero((lo > 0) | (hi < width))[0]
+  if len(cut):
+    cols = np.arange(width)
+    text[cut] *= ((cols >= lo[cut, None]) & (cols < hi[cut, None]))
   return Contexts(anchors.hashes, np.asarray(doc_ids)[rows], offsets,
                   lo.astype(np.int32), hi.astype(np.int32), text)
 
@@ -367,6 +380,48 @@ def repeated_windows(found: Contexts, threshold: int, k: int,
                ref_doc[inverse], ref_start[inverse])
 
 
+# Contexts compared at once by :func:`compare_windows`: the comparison's
+# working memory is some 40 times the contexts' bytes (about 45 MB here).
+MAX_CONTEXTS_AT_ONCE = 8192
+
+
+def compare_windows(found: Contexts, threshold: int, k: int,
+                    strike: str = "later",
+                    max_contexts: int = MAX_CONTEXTS_AT_ONCE) -> Spans:
+  """:func:`repeated_windows` of ``found``, a bounded number of contexts at a
+  time, so that a shard's memory does not grow with the corpus. Contexts
+  are taken by anchor hash and a hash's group is never split: every
+  occurrence of a window is in its own anchor's group, and whatever a part
+  strikes is proved by an occurrence it holds, so the parts' ranges strike
+  the same positions as one call would. A group larger than
+  ``max_contexts`` is compared whole.
+
+  Args:
+    found: :class:`Contexts` of whole anchor-hash groups.
+    threshold: T, the window length in bytes.
+    k: the anchors' k-gram length.
+    strike: ``later`` or ``all``.
+    max_contexts: the most contexts a part holds, unless one group is
+      larger.
+  """
+  m = len(found.doc_ids)
+  if m <= max_contexts:
+    return repeated_windows(found, threshold, k, strike)
+  order = np.argsort(found.hashes, kind="stable")
+  hashes = found.hashes[order]
+  heads = np.flatnonzero(np.concatenate([[True], hashes[1:] != hashes[:-1]]))
+  # A part starts at the first group that starts in each stretch of
+  # ``max_contexts`` positions.
+  stretch = heads // max_contexts
+  first = np.concatenate([[True], stretch[1:] != stretch[:-1]])
+  cuts = np.append(heads[first], m)
+  parts = [repeated_windows(Contexts(*(column[order[lo:hi]]
+                                       for column in found)),
+                            threshold, k, strike)
+           for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist())]
+  return Spans(*(np.concatenate(columns) for columns in zip(*parts)))
+
+
 def _pack(*columns) -> np.ndarray:
   """One int64 key per row that orders like the tuples of ``columns``, each
   given as ``(non-negative values, bound above them)``.
@@ -400,12 +455,15 @@ def _runs(struck: np.ndarray, doc_ids, base, threshold, ref_doc,
 
 
 def merge_ranges(struck: Spans) -> Spans:
-  """Disjoint spans sorted by (document, start): the union of ``struck``'s ranges per document as disjoint spans (ranges
-  that overlap or touch join); each span keeps the first-occurrence
-  reference of its earliest range."""
+  """Disjoint spans sorted by (document, start): the union of ``struck``'s
+  ranges per document (ranges that overlap or touch join); each span keeps
+  the earliest first-occurrence reference of the ranges it starts with."""
   if len(struck.doc_ids) == 0:
     return Spans(*struck)
-  order = np.lexsort((-struck.ends, struck.starts, struck.doc_ids))
+  # Ranges that start together share their leading window; each one's
+  # reference is an occurrence of it, so the smallest is its first.
+  order = np.lexsort((struck.first_starts, struck.first_doc_ids,
+                      struck.starts, struck.doc_ids))
   doc, start, end = (struck.doc_ids[order], struck.starts[order],
                      struck.ends[order])
   new_doc = np.ones(len(doc), dtype=bool)
@@ -425,17 +483,24 @@ def merge_ranges(struck: Spans) -> Spans:
                struck.first_starts[order][heads])
 
 
-def narrow_to_code_points(data: np.ndarray, starts,
+def continuation_bytes(data: np.ndarray) -> np.ndarray:
+  """bool[n]: which bytes of UTF-8 ``data`` continue a code point (all
+  that :func:`narrow_to_code_points` needs of the text)."""
+  return (np.asarray(data, dtype=np.uint8) & 0xC0) == 0x80
+
+
+def narrow_to_code_points(continuation: np.ndarray, starts,
                           ends) -> Tuple[np.ndarray, np.ndarray]:
-  """Byte ranges ``[starts, ends)`` of valid UTF-8 ``data`` (a document or a
-  batch of them back to back) narrowed to whole code points: a start inside
-  a code point moves on to the next one's first byte, an end inside one
-  back to that code point's first byte, so only struck bytes are removed
-  and never part of a code point. A narrowed range may be empty."""
+  """Byte ranges ``[starts, ends)`` of valid UTF-8 text (a document or a
+  batch of them back to back, given by its :func:`continuation_bytes`)
+  narrowed to whole code points: a start inside a code point moves on to
+  the next one's first byte, an end inside one back to that code point's
+  first byte, so only struck bytes are removed and never part of a code
+  point. A narrowed range may be empty."""
   def inside_code_point(pos):
     cont = np.zeros(len(pos), dtype=bool)
-    within = pos < len(data)
-    cont[within] = (data[pos[within]] & 0xC0) == 0x80
+    within = pos < len(continuation)
+    cont[within] = continuation[pos[within]]
     return cont
   starts, ends = np.array(starts, np.int64), np.array(ends, np.int64)
   for _ in range(3):  # a code point has at most 3 continuation bytes
@@ -445,7 +510,8 @@ def narrow_to_code_points(data: np.ndarray, starts,
 
 
 def find_spans(texts, doc_ids, threshold: int, strike: str = "later",
-               shards: int = 1) -> Spans:
+               shards: int = 1,
+               max_contexts: int = MAX_CONTEXTS_AT_ONCE) -> Spans:
   """The whole computation in one process, as the sharded transform does it
   with one shard: winnow, keep repeated anchor hashes, take their contexts,
   compare windows shard by shard (of the anchor hash), merge (byte ranges,
@@ -456,8 +522,9 @@ def find_spans(texts, doc_ids, threshold: int, strike: str = "later",
     doc_ids: their int64 ids, increasing in input order.
     threshold: T, in bytes.
     strike: ``later`` or ``all``.
-    shards: how many anchor shards to compare one after the other (more:
-      less memory at once).
+    shards: how many anchor shards to compare one after the other.
+    max_contexts: the most contexts compared at once
+      (:func:`compare_windows`).
   """
   k = anchor_length(threshold)
   data, starts = concatenate(texts)
@@ -467,8 +534,9 @@ def find_spans(texts, doc_ids, threshold: int, strike: str = "later",
   found = contexts(data, starts, np.asarray(doc_ids, np.int64), anchors,
                    threshold, k)
   shard = found.hashes % np.uint64(shards)
-  parts = [repeated_windows(Contexts(*(column[shard == s] for column in
-                                       found)), threshold, k, strike)
+  parts = [compare_windows(Contexts(*(column[shard == s] for column in
+                                      found)), threshold, k, strike,
+                           max_contexts)
            for s in range(shards)]
   return merge_ranges(Spans(*(np.concatenate(columns)
                               for columns in zip(*parts))))

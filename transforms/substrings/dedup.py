@@ -19,9 +19,9 @@ from transforms.elements import TextBatch
 from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import substrings as kernels
-from transforms.substrings.elements import (AnchorBatch, ContextBatch,
-                                            DocBlock, SpanBatch, block_of,
-                                            payload_bytes)
+from transforms.substrings.elements import (AnchorBatch, BlockLayout,
+                                            ContextBatch, DocBlock, SpanBatch,
+                                            block_of, payload_bytes)
 
 # stats.json counts.
 BYTES_STRUCK, DOCS_TOUCHED = "substrings_bytes_struck", "substrings_docs_touched"
@@ -68,8 +68,9 @@ class StrikeSubstrings(beam.PTransform):
 
   def expand(self, batches):
     t, shards = self._threshold, self._shards
-    # The blocks go into two joins, three with ``removed``.
-    joins = 2 if self._removed is None else 3
+    # The blocks go into one join, two with ``removed``; their layouts (no
+    # text) into the last one.
+    joins = 1 if self._removed is None else 2
     blocks = (batches
               | "ToBlocks" >> beam.FlatMap(_to_blocks, joins)
               .with_output_types(Tuple[int, DocBlock], **_COUNTED)
@@ -98,13 +99,18 @@ class StrikeSubstrings(beam.PTransform):
               | "CompareWindows" >> beam.FlatMap(
                   _compare_windows, t, self._strike)
               .with_output_types(Tuple[int, SpanBatch]))
-    spans = ({"docs": blocks, "struck": struck}
+    layouts = (blocks
+               | "ToLayouts" >> beam.FlatMap(_to_layout)
+               .with_output_types(Tuple[int, BlockLayout], **_COUNTED)
+               .with_outputs(metrics.COUNTS, main="layouts"))
+    spans = ({"docs": layouts.layouts, "struck": struck}
              | "JoinStruck" >> JoinByKey()
              | "MergeSpans" >> beam.ParDo(_MergeSpansFn())
              .with_output_types(Tuple[int, SpanBatch], **_COUNTED)
              .with_outputs(metrics.COUNTS, main="spans"))
     return {"spans": spans.spans, "blocks": blocks,
-            "counts": (block_counts, anchors[metrics.COUNTS], found[metrics.COUNTS],
+            "counts": (block_counts, layouts[metrics.COUNTS],
+                       anchors[metrics.COUNTS], found[metrics.COUNTS],
                        spans[metrics.COUNTS])}
 
 
@@ -120,6 +126,14 @@ def _to_blocks(batch: TextBatch, joins: int):
     block = DocBlock(ids[rows], starts, data)
     yield int(key), block
     yield metrics.shuffled("substrings_blocks", joins * payload_bytes(block))
+
+
+def _to_layout(keyed):
+  """A block's :class:`BlockLayout`, and the bytes it shuffles."""
+  key, block = keyed
+  layout = BlockLayout.of(block)
+  yield key, layout
+  yield metrics.shuffled("substrings_layouts", payload_bytes(layout))
 
 
 def _block(pieces) -> DocBlock:
@@ -233,36 +247,47 @@ def _compare_windows(grouped, threshold: int, strike: str):
   batches = list(batches)
   found = ContextBatch(*(np.concatenate(columns)
                          for columns in zip(*batches)))
-  struck = kernels.repeated_windows(found, threshold,
-                                    kernels.anchor_length(threshold), strike)
+  struck = kernels.compare_windows(found, threshold,
+                                   kernels.anchor_length(threshold), strike)
   for block, rows in _by_shard(block_of(struck.doc_ids)):
     yield block, SpanBatch(*(column[rows] for column in struck))
 
 
+def _layout(pieces):
+  """``(ids, starts, continuation bool[bytes])`` of a block's layout pieces
+  (one per text batch that held some of its documents) in id order."""
+  pieces = sorted(pieces, key=lambda p: int(p.ids[0]) if len(p.ids) else 0)
+  lengths = np.concatenate([np.diff(p.starts) for p in pieces])
+  starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+  np.cumsum(lengths, out=starts[1:])
+  return (np.concatenate([p.ids for p in pieces]), starts,
+          np.concatenate([p.continuation_bytes() for p in pieces]))
+
+
 class _MergeSpansFn(beam.DoFn):
-  """A block's documents and struck ranges → its merged spans, narrowed to
+  """A block's layout and struck ranges → its merged spans, narrowed to
   code points (empty ones dropped), and the counts."""
 
   def process(self, joined):
     key, grouped = joined
     if not grouped["struck"] or not grouped["docs"]:
       return
-    block = _block(grouped["docs"])
+    ids, starts, continuation = _layout(grouped["docs"])
     merged = kernels.merge_ranges(SpanBatch(*(
         np.concatenate(columns) for columns in zip(*grouped["struck"]))))
-    base = block.starts[np.searchsorted(block.ids, merged.doc_ids)]
-    starts, ends = kernels.narrow_to_code_points(
-        block.data, base + merged.starts, base + merged.ends)
-    spans = SpanBatch(merged.doc_ids, starts - base, ends - base,
+    base = starts[np.searchsorted(ids, merged.doc_ids)]
+    narrowed = kernels.narrow_to_code_points(
+        continuation, base + merged.starts, base + merged.ends)
+    spans = SpanBatch(merged.doc_ids, narrowed[0] - base, narrowed[1] - base,
                       merged.first_doc_ids, merged.first_starts)
     keep = spans.ends > spans.starts
     spans = SpanBatch(*(column[keep] for column in spans))
     if not len(spans.doc_ids):
       return
     struck = spans.ends - spans.starts
-    per_doc = np.bincount(np.searchsorted(block.ids, spans.doc_ids),
-                          weights=struck, minlength=len(block.ids))
-    lengths = np.diff(block.starts)
+    per_doc = np.bincount(np.searchsorted(ids, spans.doc_ids),
+                          weights=struck, minlength=len(ids))
+    lengths = np.diff(starts)
     yield metrics.count_tag(BYTES_STRUCK, int(struck.sum()))
     yield metrics.count_tag(DOCS_TOUCHED, int((per_doc > 0).sum()))
     yield metrics.count_tag(DOCS_EMPTIED, int(

@@ -10,7 +10,9 @@ shard:
 * ``(anchor shard, ContextBatch)``: the text around those anchors
   (:class:`transforms.kernels.substrings.Contexts`),
 * ``(block, SpanBatch)``: struck byte ranges, then merged, narrowed spans
-  (:class:`transforms.kernels.substrings.Spans`).
+  (:class:`transforms.kernels.substrings.Spans`),
+* ``(block, BlockLayout)``: a block's documents without their text, all
+  that merging and narrowing its spans needs.
 """
 
 from __future__ import annotations
@@ -35,6 +37,30 @@ class DocBlock(NamedTuple):
   data: np.ndarray
 
 
+class BlockLayout(NamedTuple):
+  """A :class:`DocBlock` without its bytes: the documents ``ids`` and
+  ``starts`` as there, and ``continuation``: ``np.packbits`` of which bytes
+  continue a UTF-8 code point, empty when none does (ASCII text). An
+  eighth of the text's bytes at most, where the block would be all of
+  them."""
+  ids: np.ndarray
+  starts: np.ndarray
+  continuation: np.ndarray
+
+  @classmethod
+  def of(cls, block: DocBlock) -> "BlockLayout":
+    cont = kernels.continuation_bytes(block.data)
+    packed = np.packbits(cont) if cont.any() else np.zeros(0, np.uint8)
+    return cls(block.ids, block.starts, packed)
+
+  def continuation_bytes(self) -> np.ndarray:
+    """bool[bytes of the block]: the unpacked ``continuation``."""
+    size = int(self.starts[-1]) if len(self.starts) else 0
+    if not len(self.continuation):
+      return np.zeros(size, dtype=bool)
+    return np.unpackbits(self.continuation, count=size).astype(bool)
+
+
 class AnchorBatch(NamedTuple):
   """Anchors of documents of one block: k-gram ``hashes`` uint64[m], the
   ``doc_ids`` int64[m] and the k-grams' byte ``offsets`` int64[m]."""
@@ -53,6 +79,7 @@ def _coder(element_type) -> type:
 
 
 DocBlockCoder = _coder(DocBlock)
+BlockLayoutCoder = _coder(BlockLayout)
 AnchorBatchCoder = _coder(AnchorBatch)
 # The kernels' own types cross the shuffle as they are.
 ContextBatch, SpanBatch = kernels.Contexts, kernels.Spans
