@@ -169,9 +169,10 @@ def contexts(data: np.ndarray, starts: np.ndarray, doc_ids: np.ndarray,
   """The :class:`Contexts` of ``anchors`` in the batch ``(data, starts)``
   (as :func:`winnow` takes it) whose documents have ids ``doc_ids``.
 
-  Its working memory is about twice the contexts' text (a strided view of
-  the padded batch is copied row by row), not the eight bytes of an index
-  per context byte a fancy-indexed gather would take."""
+  Its peak memory is about three times the contexts' text, output
+  included (a strided view of the padded batch is copied row by row), not
+  the eight bytes of an index per context byte a fancy-indexed gather
+  would take (15 times)."""
   width = 2 * threshold - k
   lead = threshold - k
   starts = np.asarray(starts, dtype=np.int64)
@@ -381,7 +382,8 @@ def repeated_windows(found: Contexts, threshold: int, k: int,
 
 
 # Contexts compared at once by :func:`compare_windows`: the comparison's
-# working memory is some 40 times the contexts' bytes (about 45 MB here).
+# peak memory is some 40 times the contexts' bytes (265 MB for 30,015
+# contexts at T = 100, so about 70 MB for this many).
 MAX_CONTEXTS_AT_ONCE = 8192
 
 

@@ -136,9 +136,15 @@ def _to_layout(keyed):
   yield metrics.shuffled("substrings_layouts", payload_bytes(layout))
 
 
+def _in_id_order(pieces):
+  """A block's pieces (one per text batch that held some of its
+  documents: DocBlocks or BlockLayouts) sorted by their first id."""
+  return sorted(pieces, key=lambda p: int(p.ids[0]) if len(p.ids) else 0)
+
+
 def _block(pieces) -> DocBlock:
   """The pieces of one block as one :class:`DocBlock` in id order."""
-  pieces = sorted(pieces, key=lambda p: int(p.ids[0]) if len(p.ids) else 0)
+  pieces = _in_id_order(pieces)
   if len(pieces) == 1:
     return pieces[0]
   texts = [bytes(p.data[p.starts[i]:p.starts[i + 1]])
@@ -256,7 +262,7 @@ def _compare_windows(grouped, threshold: int, strike: str):
 def _layout(pieces):
   """``(ids, starts, continuation bool[bytes])`` of a block's layout pieces
   (one per text batch that held some of its documents) in id order."""
-  pieces = sorted(pieces, key=lambda p: int(p.ids[0]) if len(p.ids) else 0)
+  pieces = _in_id_order(pieces)
   lengths = np.concatenate([np.diff(p.starts) for p in pieces])
   starts = np.zeros(len(lengths) + 1, dtype=np.int64)
   np.cumsum(lengths, out=starts[1:])
