@@ -86,6 +86,30 @@ def check(texts, threshold):
     lengths = np.array([len(t) for t in texts])
     if len(spans.doc_ids):
       assert np.all(spans.ends <= lengths[(spans.doc_ids - 3) // 7])
+    check_references(texts, threshold, spans)
+
+
+def check_references(texts, threshold, spans):
+  """Every span starts with a repeated T-byte window and names its first
+  occurrence in input order (documents, then positions): the smallest
+  position of the window's class in the oracle's suffix array."""
+  if not len(spans.doc_ids):
+    return
+  sa, lcp, starts, _ = suffix_array(tuple(texts))
+  rank = np.empty_like(sa)
+  rank[sa] = np.arange(len(sa))
+  # Suffixes sharing >= T bytes are adjacent in the suffix array.
+  new_class = np.concatenate([[True], lcp[:-1] < threshold])
+  klass = np.cumsum(new_class) - 1
+  heads = np.nonzero(new_class)[0]
+  first = np.minimum.reduceat(sa, heads)
+  size = np.diff(np.append(heads, len(sa)))
+  doc = (spans.doc_ids - 3) // 7
+  k = klass[rank[starts[doc] + spans.starts]]
+  assert np.all(size[k] >= 2)
+  first_doc = np.searchsorted(starts, first[k], side="right") - 1
+  assert np.array_equal((spans.first_doc_ids - 3) // 7, first_doc)
+  assert np.array_equal(spans.first_starts, first[k] - starts[first_doc])
 
 
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -176,6 +200,47 @@ def test_hash_collision_never_strikes(monkeypatch):
       assert (classes[i] == classes[j]) == (windows[i] == windows[j])
 
 
+def test_merged_span_keeps_the_smallest_reference_of_its_first_ranges():
+  # Two ranges start at 10 of document 5, the one naming the later
+  # occurrence given first; a third overlaps them; document 6's range
+  # stands alone.
+  struck = sk.Spans(*(np.array(v, np.int64) for v in (
+      [5, 5, 6, 5], [10, 10, 0, 14], [20, 18, 4, 30],
+      [2, 1, 1, 1], [40, 70, 9, 0])))
+  merged = sk.merge_ranges(struck)
+  assert [a.tolist() for a in merged] == [
+      [5, 6], [10, 0], [30, 4], [1, 1], [70, 9]]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30),
+                          st.integers(1, 8), st.integers(0, 3),
+                          st.integers(0, 50)), max_size=30))
+def test_merge_ranges_is_the_union_with_its_head_ranges_first_reference(
+    ranges):
+  """Property: per document, the spans cover exactly the ranges' union,
+  are disjoint and do not touch, and each names the smallest reference of
+  the ranges starting where it starts."""
+  doc, start, length, first_doc, first_start = (
+      np.array([r[i] for r in ranges], np.int64) for i in range(5))
+  merged = sk.merge_ranges(
+      sk.Spans(doc, start, start + length, first_doc, first_start))
+  for d in range(3):
+    want = np.zeros(40, dtype=bool)
+    for s, n in zip(start[doc == d], length[doc == d]):
+      want[s:s + n] = True
+    got = np.zeros(40, dtype=bool)
+    mine = merged.doc_ids == d
+    for s, e in zip(merged.starts[mine], merged.ends[mine]):
+      assert not got[max(s - 1, 0):e + 1].any()  # disjoint, not touching
+      got[s:e] = True
+    assert np.array_equal(got, want), d
+  for d, s, fd, fs in zip(merged.doc_ids, merged.starts,
+                          merged.first_doc_ids, merged.first_starts):
+    heads = (doc == d) & (start == s)
+    assert (fd, fs) == min(zip(first_doc[heads], first_start[heads]))
+
+
 def test_narrow_to_code_points():
   data = np.frombuffer("aé€b".encode("utf-8"), dtype=np.uint8)  # 1,2,3,1
   starts, ends = sk.narrow_to_code_points(sk.continuation_bytes(data),
@@ -196,6 +261,18 @@ def test_winnow_covers_every_window():
       assert np.all(offs + k <= length)
       for s in range(0, length - threshold + 1, 7):
         assert np.any((offs >= s) & (offs <= s + threshold - k))
+
+
+@SETTINGS
+@given(st.lists(st.binary(max_size=150), max_size=5), st.integers(1, 40))
+def test_context_hashes_are_the_anchors(texts, threshold):
+  """The shards recompute each context's anchor hash from its text."""
+  k = sk.anchor_length(threshold)
+  data, starts = sk.concatenate(texts)
+  anchors = sk.winnow(data, starts, threshold, k)
+  found = sk.contexts(data, starts, np.arange(len(texts)), anchors,
+                      threshold, k)
+  assert np.array_equal(sk.context_hashes(found.text, k), anchors.hashes)
 
 
 def licence_texts(limit=None):

@@ -12,8 +12,10 @@ from transforms.kernels import substrings as sk
 from transforms.read import make_doc_id
 from transforms.substrings import StrikeSubstrings, strike_text
 from transforms.substrings.dedup import _layout
-from transforms.substrings.elements import (BlockLayout, BlockLayoutCoder,
-                                            DocBlock)
+from transforms.substrings.elements import (BLOCK_BITS, AnchorBatch,
+                                            AnchorBatchCoder, BlockLayout,
+                                            BlockLayoutCoder, DocBlock,
+                                            payload_bytes)
 from tests.test_substrings_kernels import licence_texts, oracle
 
 
@@ -90,14 +92,35 @@ def test_block_layouts_of_pieces(texts, piece):
     joined, starts = sk.concatenate(data[at:at + piece])
     block = DocBlock(ids[at:at + piece], starts, joined)
     layout = BlockLayout.of(block)
-    assert len(layout.continuation) == (
-        0 if block.data.max(initial=0) < 0x80 else -(-len(block.data) // 8))
+    assert (len(layout.continuation) == 0) == (block.data.max(initial=0)
+                                                < 0x80)
     pieces.append(coder.decode(coder.encode(layout)))
   got_ids, got_starts, got_cont = _layout(pieces[::-1])
   whole, starts = sk.concatenate(data)
   assert np.array_equal(got_ids, ids)
   assert np.array_equal(got_starts, starts)
   assert np.array_equal(got_cont, sk.continuation_bytes(whole))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, (1 << 50) - 1),
+       st.lists(st.tuples(st.integers(0, (1 << BLOCK_BITS) - 1),
+                          st.integers(0, sk.MAX_DOC_BYTES),
+                          st.integers(0, (1 << 64) - 1)), max_size=20))
+def test_anchor_batches_keep_ids_and_offsets(block, anchors):
+  """Compact anchors (16-bit members, 32-bit offsets) give back the ids and
+  offsets they were made of, also after the coder."""
+  members, offsets, hashes = (np.array([a[i] for a in anchors], dtype)
+                              for i, dtype in enumerate(
+                                  (np.int64, np.int64, np.uint64)))
+  ids = (block << BLOCK_BITS) | members
+  coder = AnchorBatchCoder()
+  batch = coder.decode(coder.encode(AnchorBatch.of(block, hashes, ids,
+                                                   offsets)))
+  assert payload_bytes(batch) == 8 + 14 * len(anchors)
+  assert np.array_equal(batch.doc_ids(), ids)
+  assert np.array_equal(batch.offsets, offsets)
+  assert np.array_equal(batch.hashes, hashes)
 
 
 def test_removed_documents_do_not_count():

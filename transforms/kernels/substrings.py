@@ -197,6 +197,18 @@ def contexts(data: np.ndarray, starts: np.ndarray, doc_ids: np.ndarray,
                   lo.astype(np.int32), hi.astype(np.int32), text)
 
 
+def context_hashes(text: np.ndarray, k: int) -> np.ndarray:
+  """uint64[m]: the anchor hash of each context row of ``text``
+  (uint8[m, 2T - k], as :func:`contexts` cuts them): its k-gram's
+  :func:`gram_hashes`, at column T - k, recomputed from the bytes."""
+  lead = (text.shape[1] - k) // 2
+  with np.errstate(over="ignore"):
+    # sum_j gram[j] * MULT**j mod 2**64, as gram_hashes' prefix sums give.
+    polynomial = (text[:, lead:lead + k].astype(np.uint64)
+                  * _powers(k, _MULT)).sum(axis=1, dtype=np.uint64)
+  return _mix(polynomial)
+
+
 class Spans(NamedTuple):
   """Struck byte ranges ``[starts, ends)`` int64[s] of documents
   ``doc_ids`` int64[s], each with where the first occurrence of its leading

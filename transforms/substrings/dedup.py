@@ -20,8 +20,9 @@ from transforms.join import JoinByKey
 from transforms.kernels import lsh as lsh_kernels
 from transforms.kernels import substrings as kernels
 from transforms.substrings.elements import (AnchorBatch, BlockLayout,
-                                            ContextBatch, DocBlock, SpanBatch,
-                                            block_of, payload_bytes)
+                                            ContextBatch, DocBlock,
+                                            PackedBlock, PackedContexts,
+                                            SpanBatch, block_of, payload_bytes)
 
 # stats.json counts.
 BYTES_STRUCK, DOCS_TOUCHED = "substrings_bytes_struck", "substrings_docs_touched"
@@ -68,16 +69,15 @@ class StrikeSubstrings(beam.PTransform):
 
   def expand(self, batches):
     t, shards = self._threshold, self._shards
-    # The blocks go into one join, two with ``removed``; their layouts (no
-    # text) into the last one.
-    joins = 1 if self._removed is None else 2
+    # The blocks cross joins compressed (one join, two with ``removed``);
+    # their layouts (no text) go into the last one.
     blocks = (batches
-              | "ToBlocks" >> beam.FlatMap(_to_blocks, joins)
-              .with_output_types(Tuple[int, DocBlock], **_COUNTED)
-              .with_outputs(metrics.COUNTS, main="blocks"))
-    blocks, block_counts = blocks.blocks, blocks[metrics.COUNTS]
+              | "ToBlocks" >> beam.FlatMap(_to_blocks)
+              .with_output_types(Tuple[int, DocBlock]))
+    counts = []
     if self._removed is not None:
-      blocks = ({"docs": blocks, "removed": self._removed}
+      packed = _pack_blocks(blocks, "PackBlocks", counts)
+      blocks = ({"docs": packed, "removed": self._removed}
                 | "JoinRemoved" >> JoinByKey(key_by={"removed": block_of})
                 | "DropRemoved" >> beam.FlatMap(_drop_removed)
                 .with_output_types(Tuple[int, DocBlock]))
@@ -89,10 +89,12 @@ class StrikeSubstrings(beam.PTransform):
                   | "GroupAnchors" >> beam.GroupByKey()
                   | "KeepRepeated" >> beam.FlatMap(_keep_repeated)
                   .with_output_types(Tuple[int, AnchorBatch]))
-    found = ({"docs": blocks, "anchors": candidates}
+    packed = _pack_blocks(blocks, "PackBlocks" if self._removed is None
+                          else "PackKeptBlocks", counts)
+    found = ({"docs": packed, "anchors": candidates}
              | "JoinAnchors" >> JoinByKey()
              | "TakeContexts" >> beam.ParDo(_ContextsFn(t, shards))
-             .with_output_types(Tuple[int, ContextBatch], **_COUNTED)
+             .with_output_types(Tuple[int, PackedContexts], **_COUNTED)
              .with_outputs(metrics.COUNTS, main="contexts"))
     struck = (found.contexts
               | "GroupContexts" >> beam.GroupByKey()
@@ -109,23 +111,39 @@ class StrikeSubstrings(beam.PTransform):
              .with_output_types(Tuple[int, SpanBatch], **_COUNTED)
              .with_outputs(metrics.COUNTS, main="spans"))
     return {"spans": spans.spans, "blocks": blocks,
-            "counts": (block_counts, layouts[metrics.COUNTS],
+            "counts": (*counts, layouts[metrics.COUNTS],
                        anchors[metrics.COUNTS], found[metrics.COUNTS],
                        spans[metrics.COUNTS])}
 
 
-def _to_blocks(batch: TextBatch, joins: int):
-  """A text batch's documents as UTF-8 :class:`DocBlock`\\ s, one per block,
-  and the bytes the ``joins`` they go into shuffle."""
+def _to_blocks(batch: TextBatch):
+  """A text batch's documents as UTF-8 :class:`DocBlock`\\ s, one per
+  block."""
   ids = np.asarray(batch.ids, dtype=np.int64)
   encoded = [text.encode("utf-8") for text in batch.texts]
   keys = block_of(ids)
   for key in np.unique(keys):
     rows = np.nonzero(keys == key)[0]
     data, starts = kernels.concatenate([encoded[r] for r in rows])
-    block = DocBlock(ids[rows], starts, data)
-    yield int(key), block
-    yield metrics.shuffled("substrings_blocks", joins * payload_bytes(block))
+    yield int(key), DocBlock(ids[rows], starts, data)
+
+
+def _pack_blocks(blocks, label: str, counts: list):
+  """``blocks`` as :class:`PackedBlock`\\ s for a join (step ``label``);
+  appends the bytes they shuffle to ``counts``."""
+  packed = (blocks
+            | label >> beam.FlatMap(_pack_block)
+            .with_output_types(Tuple[int, PackedBlock], **_COUNTED)
+            .with_outputs(metrics.COUNTS, main="blocks"))
+  counts.append(packed[metrics.COUNTS])
+  return packed.blocks
+
+
+def _pack_block(element):
+  key, block = element
+  packed = PackedBlock.of(block)
+  yield key, packed
+  yield metrics.shuffled("substrings_blocks", payload_bytes(packed))
 
 
 def _to_layout(keyed):
@@ -165,7 +183,7 @@ def _drop_removed(joined):
   key, grouped = joined
   if not grouped["docs"]:
     return
-  block = _block(grouped["docs"])
+  block = _block([piece.unpack() for piece in grouped["docs"]])
   removed = np.asarray(grouped["removed"], dtype=np.int64)
   if len(removed):
     block = _select(block, ~np.isin(block.ids, removed))
@@ -185,13 +203,13 @@ class _WinnowFn(beam.DoFn):
     self._shards = shards
 
   def process(self, element):
-    _, block = element
+    key, block = element
     k = kernels.anchor_length(self._threshold)
     found = kernels.winnow(block.data, block.starts, self._threshold, k)
     sent = 0
     for shard, rows in _by_shard(_shard_of(found.hashes, self._shards)):
-      batch = AnchorBatch(found.hashes[rows], block.ids[found.rows[rows]],
-                          found.offsets[rows])
+      batch = AnchorBatch.of(key, found.hashes[rows],
+                             block.ids[found.rows[rows]], found.offsets[rows])
       sent += payload_bytes(batch)
       yield shard, batch
     yield metrics.shuffled("substrings_anchors", sent)
@@ -209,12 +227,15 @@ def _keep_repeated(grouped):
   _, batches = grouped
   batches = list(batches)
   hashes = np.concatenate([b.hashes for b in batches])
-  doc_ids = np.concatenate([b.doc_ids for b in batches])
-  offsets = np.concatenate([b.offsets for b in batches])
   keep = kernels.repeated_hashes(hashes)
-  hashes, doc_ids, offsets = hashes[keep], doc_ids[keep], offsets[keep]
-  for block, rows in _by_shard(block_of(doc_ids)):
-    yield block, AnchorBatch(hashes[rows], doc_ids[rows], offsets[rows])
+  blocks = np.repeat([int(b.block[0]) for b in batches],
+                     [len(b.hashes) for b in batches])[keep]
+  hashes = hashes[keep]
+  members = np.concatenate([b.members for b in batches])[keep]
+  offsets = np.concatenate([b.offsets for b in batches])[keep]
+  for block, rows in _by_shard(blocks):
+    yield block, AnchorBatch(np.array([block], np.int64), hashes[rows],
+                             members[rows], offsets[rows])
 
 
 class _ContextsFn(beam.DoFn):
@@ -229,11 +250,11 @@ class _ContextsFn(beam.DoFn):
     _, grouped = joined
     if not grouped["anchors"] or not grouped["docs"]:
       return
-    block = _block(grouped["docs"])
+    block = _block([piece.unpack() for piece in grouped["docs"]])
     anchors = grouped["anchors"]
     hashes = np.concatenate([a.hashes for a in anchors])
-    doc_ids = np.concatenate([a.doc_ids for a in anchors])
-    offsets = np.concatenate([a.offsets for a in anchors])
+    doc_ids = np.concatenate([a.doc_ids() for a in anchors])
+    offsets = np.concatenate([a.offsets for a in anchors]).astype(np.int64)
     rows = np.searchsorted(block.ids, doc_ids)
     k = kernels.anchor_length(self._threshold)
     found = kernels.contexts(block.data, block.starts, block.ids,
@@ -241,7 +262,8 @@ class _ContextsFn(beam.DoFn):
                              self._threshold, k)
     sent = 0
     for shard, picked in _by_shard(_shard_of(found.hashes, self._shards)):
-      batch = ContextBatch(*(column[picked] for column in found))
+      batch = PackedContexts.of(
+          ContextBatch(*(column[picked] for column in found)))
       sent += payload_bytes(batch)
       yield shard, batch
     yield metrics.shuffled("substrings_contexts", sent)
@@ -250,11 +272,11 @@ class _ContextsFn(beam.DoFn):
 def _compare_windows(grouped, threshold: int, strike: str):
   """A shard's contexts → the struck ranges they prove, by block."""
   _, batches = grouped
-  batches = list(batches)
+  k = kernels.anchor_length(threshold)
+  batches = [packed.unpack(k) for packed in batches]
   found = ContextBatch(*(np.concatenate(columns)
                          for columns in zip(*batches)))
-  struck = kernels.compare_windows(found, threshold,
-                                   kernels.anchor_length(threshold), strike)
+  struck = kernels.compare_windows(found, threshold, k, strike)
   for block, rows in _by_shard(block_of(struck.doc_ids)):
     yield block, SpanBatch(*(column[rows] for column in struck))
 
