@@ -13,6 +13,7 @@ from bench import corpora, jobs
 from bench import beam_share
 from bench import fixed_cost
 from bench import run
+from bench import substrings as substrings_bench
 from bench import systems
 
 OURS = ("ours-classic", "ours-oph")
@@ -477,3 +478,18 @@ def test_streaming_feed_file_spaces_event_times_by_the_gap(tmp_path):
   assert [(r["id"], r["text"], r["ts"]) for r in rows] == [
       ("00000000", "a", 1.0), ("00000001", "b", 1.0005),
       ("00000002", "c", 1.001)]
+
+
+def test_substrings_bench_reads_the_jobs_spans_as_marks(tmp_path):
+  """The Beam job's substrings/ rows become marks of the documents back to
+  back (the layout of the Rust tool's marks), across files and documents."""
+  texts = ["abcdef", "é!", "xyz"]  # 6, 3 and 3 bytes
+  folder = tmp_path / "substrings"
+  folder.mkdir()
+  (folder / "part-0.jsonl").write_text(
+      json.dumps({"id": 0, "start": 1, "end": 3}) + "\n"
+      + json.dumps({"id": 2, "start": 0, "end": 3}) + "\n")
+  (folder / "part-1.jsonl").write_text(
+      json.dumps({"id": 1, "start": 0, "end": 2}) + "\n")
+  marks = substrings_bench.read_marks(str(folder), texts)
+  assert marks.astype(int).tolist() == [0, 1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1]
