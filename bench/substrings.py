@@ -130,11 +130,9 @@ def kernel_child(path, threshold, out):
                                 "all", shards=64)
   seconds = time.perf_counter() - start
   data, starts = substrings.concatenate(texts)
-  marks = np.zeros(len(data) + 1, dtype=np.int32)
   base = starts[spans.doc_ids]
-  np.add.at(marks, base + spans.starts, 1)
-  np.add.at(marks, base + spans.ends, -1)
-  np.save(out, np.cumsum(marks)[:-1] > 0)
+  np.save(out, span_marks(len(data), [(base + spans.starts,
+                                       base + spans.ends)]))
   print(json.dumps({"seconds": round(seconds, 2)}))
 
 
@@ -143,17 +141,26 @@ def read_marks(folder, texts):
   ``substrings/`` rows (``id`` is the document's index in ``texts``)."""
   lengths = np.array([len(t.encode("utf-8")) for t in texts], np.int64)
   starts = np.concatenate([[0], np.cumsum(lengths)])
-  # A document's spans are disjoint, so the depth is 0 or 1 and int8 holds
-  # it: a byte per corpus byte (at 1M documents, 1.3 GB; int32 sums and
-  # their int64 cumsum took 15 GB and the run was killed for memory).
-  depth = np.zeros(int(starts[-1]) + 1, dtype=np.int8)
+  ranges = []
   for name in sorted(os.listdir(folder)):
     with open(os.path.join(folder, name), encoding="utf-8") as f:
       spans = np.array([(r["id"], r["start"], r["end"]) for r in map(
           json.loads, f)], dtype=np.int64).reshape(-1, 3)
     base = starts[spans[:, 0]]
-    np.add.at(depth, base + spans[:, 1], 1)
-    np.add.at(depth, base + spans[:, 2], -1)
+    ranges.append((base + spans[:, 1], base + spans[:, 2]))
+  return span_marks(int(starts[-1]), ranges)
+
+
+def span_marks(size: int, ranges) -> np.ndarray:
+  """bool[size]: the positions inside any of the disjoint byte ranges
+  ``(starts, ends)`` of ``ranges`` (pairs of int64 arrays)."""
+  # Disjoint ranges keep the depth at 0 or 1, so int8 holds it: a byte per
+  # corpus byte (at 1M documents, 1.3 GB; int32 sums and their int64 cumsum
+  # took 15 GB and the run was killed for memory).
+  depth = np.zeros(size + 1, dtype=np.int8)
+  for starts, ends in ranges:
+    np.add.at(depth, starts, 1)
+    np.add.at(depth, ends, -1)
   return np.cumsum(depth, dtype=np.int8)[:-1] > 0
 
 

@@ -76,7 +76,8 @@ class StrikeSubstrings(beam.PTransform):
               .with_output_types(Tuple[int, DocBlock]))
     counts = []
     if self._removed is not None:
-      packed = _pack_blocks(blocks, "PackBlocks", counts)
+      packed, packed_counts = _pack_blocks(blocks, "PackBlocks")
+      counts.append(packed_counts)
       blocks = ({"docs": packed, "removed": self._removed}
                 | "JoinRemoved" >> JoinByKey(key_by={"removed": block_of})
                 | "DropRemoved" >> beam.FlatMap(_drop_removed)
@@ -89,8 +90,9 @@ class StrikeSubstrings(beam.PTransform):
                   | "GroupAnchors" >> beam.GroupByKey()
                   | "KeepRepeated" >> beam.FlatMap(_keep_repeated)
                   .with_output_types(Tuple[int, AnchorBatch]))
-    packed = _pack_blocks(blocks, "PackBlocks" if self._removed is None
-                          else "PackKeptBlocks", counts)
+    packed, packed_counts = _pack_blocks(
+        blocks, "PackBlocks" if self._removed is None else "PackKeptBlocks")
+    counts.append(packed_counts)
     found = ({"docs": packed, "anchors": candidates}
              | "JoinAnchors" >> JoinByKey()
              | "TakeContexts" >> beam.ParDo(_ContextsFn(t, shards))
@@ -128,15 +130,14 @@ def _to_blocks(batch: TextBatch):
     yield int(key), DocBlock(ids[rows], starts, data)
 
 
-def _pack_blocks(blocks, label: str, counts: list):
-  """``blocks`` as :class:`PackedBlock`\\ s for a join (step ``label``);
-  appends the bytes they shuffle to ``counts``."""
+def _pack_blocks(blocks, label: str):
+  """``blocks`` as :class:`PackedBlock`\\ s for a join (step ``label``), and
+  the counts of the bytes they shuffle."""
   packed = (blocks
             | label >> beam.FlatMap(_pack_block)
             .with_output_types(Tuple[int, PackedBlock], **_COUNTED)
             .with_outputs(metrics.COUNTS, main="blocks"))
-  counts.append(packed[metrics.COUNTS])
-  return packed.blocks
+  return packed.blocks, packed[metrics.COUNTS]
 
 
 def _pack_block(element):

@@ -36,6 +36,16 @@ assert kernels.MAX_DOC_BYTES <= 1 << 32
 ZSTD_LEVEL = 1
 
 
+def _compress(data) -> np.ndarray:
+  """uint8: one zstd frame of the bytes-like ``data``."""
+  return np.frombuffer(
+      zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data), np.uint8)
+
+
+def _decompress(frame: np.ndarray) -> bytes:
+  return zstandard.ZstdDecompressor().decompress(frame)
+
+
 class DocBlock(NamedTuple):
   """Documents ``ids`` int64[n] (increasing) and their UTF-8 bytes
   ``data[starts[i]:starts[i + 1]]`` (``starts`` int64[n + 1], ``data``
@@ -60,18 +70,15 @@ class BlockLayout(NamedTuple):
     cont = kernels.continuation_bytes(block.data)
     if not cont.any():
       return cls(block.ids, block.starts, np.zeros(0, np.uint8))
-    frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(
-        np.packbits(cont).tobytes())
-    return cls(block.ids, block.starts, np.frombuffer(frame, np.uint8))
+    return cls(block.ids, block.starts, _compress(np.packbits(cont)))
 
   def continuation_bytes(self) -> np.ndarray:
     """bool[bytes of the block]: the unpacked ``continuation``."""
     size = int(self.starts[-1]) if len(self.starts) else 0
     if not len(self.continuation):
       return np.zeros(size, dtype=bool)
-    packed = zstandard.ZstdDecompressor().decompress(self.continuation)
-    return np.unpackbits(np.frombuffer(packed, np.uint8),
-                         count=size).astype(bool)
+    packed = np.frombuffer(_decompress(self.continuation), np.uint8)
+    return np.unpackbits(packed, count=size).astype(bool)
 
 
 class AnchorBatch(NamedTuple):
@@ -118,13 +125,11 @@ SpanBatchCoder = _coder(SpanBatch)
 
 
 def _frame(value, coder) -> np.ndarray:
-  return np.frombuffer(
-      zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(coder.encode(value)),
-      dtype=np.uint8)
+  return _compress(coder.encode(value))
 
 
 def _unframe(frame: np.ndarray, coder):
-  return coder.decode(zstandard.ZstdDecompressor().decompress(frame))
+  return coder.decode(_decompress(frame))
 
 
 class PackedBlock(NamedTuple):
